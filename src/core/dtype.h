@@ -1,0 +1,37 @@
+// Element types and the conversions between them.
+//
+// f16/bf16 are stored as raw 16-bit patterns; conversion is done here in plain
+// C++ so the core layer needs no CUDA headers. kI4 is packed int4 (two values
+// a byte, low nibble first), the storage of 4-bit weights.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kI4 };
+
+// Bits per element (4 for kI4), so byte sizes of packed types are exact.
+int dtype_bits(DType dtype);
+// Bytes for `count` elements, rounding packed types up to whole bytes.
+size_t dtype_bytes(DType dtype, size_t count);
+// Lower-case short name: "f32", "bf16", ...
+const char* dtype_name(DType dtype);
+// Parses safetensors' names ("F32", "BF16", ...). Returns false when unknown.
+bool dtype_from_safetensors(std::string_view name, DType* out);
+bool dtype_is_float(DType dtype);
+
+float f16_to_f32(uint16_t bits);
+uint16_t f32_to_f16(float value);        // round to nearest even
+float bf16_to_f32(uint16_t bits);
+uint16_t f32_to_bf16(float value);       // round to nearest even, NaN kept
+
+// Converts `count` elements of a float type (f32, f16, bf16, f64) to f32.
+void convert_to_f32(DType src_dtype, const void* src, float* dst, size_t count);
+// Converts `count` f32 values to a float type (f32, f16, bf16).
+void convert_from_f32(const float* src, DType dst_dtype, void* dst, size_t count);
+
+}  // namespace tessera
