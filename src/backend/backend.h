@@ -1,0 +1,61 @@
+// Backend: the operations a transformer forward needs, on one device.
+//
+// Each op has a plain reference implementation in cpu/ (the judge) and, later,
+// a fast twin in cuda/ with the same contract. Activations are row-major; the
+// compute dtype of the CPU backend is f32. Ops never know which model they
+// serve: they see tensors and plain parameters.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/paged_kv.h"
+#include "core/buffer.h"
+#include "core/tensor.h"
+
+namespace tessera::backend {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual Allocator& allocator() = 0;
+  // The dtype activations and weights are computed in.
+  virtual DType compute_dtype() const = 0;
+
+  // Moves a host tensor to this backend in its compute dtype (float types).
+  virtual Tensor upload_weight(const Tensor& host) = 0;
+  // Copies a tensor to a host f32 tensor.
+  virtual Tensor to_host_f32(const Tensor& t) = 0;
+
+  // out[i, :] = table[ids[i], :]          table [vocab, hidden], out [n, hidden]
+  virtual void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;
+  // out = x / rms(x) * weight               x, out [n, hidden], weight [hidden]
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // residual += x; out = rms_norm(residual)  residual, x, out [n, hidden]
+  virtual void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // out = x · weightᵀ (+ bias)              x [n, in], weight [out, in], bias [out] or undefined, out [n, out]
+  virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) = 0;
+  // Rotates q and k in place (HF rotate_half: pairs (i, i + head_dim/2)) by
+  // positions[t] · inv_freq[seq(t)], then scales by attention_scaling, and writes
+  // the rotated k and v of every new token into the paged cache.
+  //   qkv [n, (num_heads + 2 * num_kv_heads) * head_dim]: q | k | v per token
+  //   inv_freq [num_seqs, head_dim / 2] (per sequence: dynamic NTK changes the base)
+  virtual void rope_and_cache_write(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq,
+                                    float attention_scaling, const AttentionBatch& batch, PagedKvLayer& cache,
+                                    int64_t block_size) = 0;
+  // Causal GQA attention of the new tokens over the cache (which already holds them).
+  //   qkv [n, qkv_size] (only the q part is read), out [n, num_heads * head_dim]
+  virtual void paged_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch,
+                               const PagedKvLayer& cache, int64_t block_size, Tensor& out) = 0;
+  // out = silu(gate) * up                   gate_up [n, 2 * inter] as gate | up, out [n, inter]
+  virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
+  // x += y                                  same shapes
+  virtual void add(Tensor& x, const Tensor& y) = 0;
+  // Selected rows of x, gathered:           x [n, hidden], rows [m] -> out [m, hidden]
+  virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace tessera::backend

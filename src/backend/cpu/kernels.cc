@@ -1,0 +1,119 @@
+#include "backend/cpu/kernels.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tessera::backend::cpu {
+
+void embedding(const float* table, int64_t vocab, int64_t hidden, const int32_t* ids, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("token id {} is outside the vocabulary [0, {})", ids[i], vocab));
+    }
+  }
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(out + i * hidden, table + static_cast<int64_t>(ids[i]) * hidden, hidden * sizeof(float));
+  }
+}
+
+static void rms_norm_row(const float* x, const float* weight, int64_t hidden, float eps, float* out) {
+  double sum_squares = 0.0;
+  for (int64_t j = 0; j < hidden; ++j) sum_squares += static_cast<double>(x[j]) * x[j];
+  float inv_rms = 1.0f / std::sqrt(static_cast<float>(sum_squares / hidden) + eps);
+  for (int64_t j = 0; j < hidden; ++j) out[j] = x[j] * inv_rms * weight[j];
+}
+
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t hidden, float eps, float* out) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) rms_norm_row(x + i * hidden, weight, hidden, eps, out + i * hidden);
+}
+
+void add_rms_norm(float* residual, const float* x, const float* weight, int64_t n, int64_t hidden, float eps,
+                  float* out) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    float* r = residual + i * hidden;
+    const float* xi = x + i * hidden;
+    for (int64_t j = 0; j < hidden; ++j) r[j] += xi[j];
+    rms_norm_row(r, weight, hidden, eps, out + i * hidden);
+  }
+}
+
+void linear(const float* x, const float* w, const float* bias, int64_t m, int64_t n, int64_t k, float* y) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, x, static_cast<int>(k), w, static_cast<int>(k), 0.0f, y,
+              static_cast<int>(n));
+  if (bias != nullptr) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
+    }
+  }
+}
+
+void rope_rotate(float* x, int64_t head_dim, int32_t position, const float* inv_freq, float scaling) {
+  int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    // f32 angle, as transformers computes it, so long positions round alike.
+    float angle = static_cast<float>(position) * inv_freq[i];
+    float c = std::cos(angle) * scaling;
+    float s = std::sin(angle) * scaling;
+    float x1 = x[i];
+    float x2 = x[i + half];
+    x[i] = x1 * c - x2 * s;
+    x[i + half] = x2 * c + x1 * s;
+  }
+}
+
+void attend_one(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_table,
+                int64_t num_kv_heads, int64_t kv_head, int64_t block_size, int64_t head_dim, int64_t first,
+                int64_t last, float* out) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  int64_t count = last - first + 1;
+  std::vector<float> scores(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  auto row = [&](const float* cache, int64_t position) {
+    int64_t block = block_table[position / block_size];
+    return cache + ((block * num_kv_heads + kv_head) * block_size + position % block_size) * head_dim;
+  };
+  float max_score = -INFINITY;
+  for (int64_t p = first; p <= last; ++p) {
+    const float* k = row(k_cache, p);
+    float dot = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * k[d];
+    scores[p - first] = dot * scale;
+    max_score = std::max(max_score, scores[p - first]);
+  }
+  double denominator = 0.0;
+  for (float& s : scores) {
+    s = std::exp(s - max_score);
+    denominator += s;
+  }
+  std::fill(out, out + head_dim, 0.0f);
+  for (int64_t p = first; p <= last; ++p) {
+    const float* v = row(v_cache, p);
+    float weight = static_cast<float>(scores[p - first] / denominator);
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += weight * v[d];
+  }
+}
+
+void silu_mul(const float* gate_up, int64_t n, int64_t inter, float* out) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    const float* gate = gate_up + i * 2 * inter;
+    const float* up = gate + inter;
+    float* o = out + i * inter;
+    for (int64_t j = 0; j < inter; ++j) o[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
+  }
+}
+
+}  // namespace tessera::backend::cpu

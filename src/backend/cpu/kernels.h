@@ -1,0 +1,39 @@
+// Reference CPU kernels: free functions of plain pointers and sizes, f32 in and
+// out, OpenMP over the outer dimension. They are the judges of every faster
+// kernel, so they stay plain: no tiling, no intrinsics. Row-major throughout.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::backend::cpu {
+
+// out [n, hidden] = table [vocab, hidden] rows ids [n]; an id outside [0, vocab) throws.
+void embedding(const float* table, int64_t vocab, int64_t hidden, const int32_t* ids, int64_t n, float* out);
+
+// out [n, hidden] = x / sqrt(mean(x²) + eps) * weight [hidden]
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t hidden, float eps, float* out);
+
+// residual [n, hidden] += x; out = rms_norm(residual)
+void add_rms_norm(float* residual, const float* x, const float* weight, int64_t n, int64_t hidden, float eps,
+                  float* out);
+
+// y [m, n] = x [m, k] · w [n, k]ᵀ + bias [n] (bias may be null). OpenBLAS sgemm:
+// a tuned, well-kept GEMM beats a hand-blocked one and keeps this file readable.
+void linear(const float* x, const float* w, const float* bias, int64_t m, int64_t n, int64_t k, float* y);
+
+// Rotates one head vector x [head_dim] in place by angle position · inv_freq[i]
+// for pairs (i, i + head_dim/2), then scales by `scaling` (YaRN's mscale).
+void rope_rotate(float* x, int64_t head_dim, int32_t position, const float* inv_freq, float scaling);
+
+// Causal attention of one query head over keys [0, last] of a paged cache.
+//   q [head_dim]; k_cache/v_cache [num_blocks, num_kv_heads, block_size, head_dim]
+//   block_table [ceil((last + 1) / block_size)]; keys with position < first are skipped
+//   (sliding window); out [head_dim]
+void attend_one(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_table,
+                int64_t num_kv_heads, int64_t kv_head, int64_t block_size, int64_t head_dim, int64_t first,
+                int64_t last, float* out);
+
+// out [n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]
+void silu_mul(const float* gate_up, int64_t n, int64_t inter, float* out);
+
+}  // namespace tessera::backend::cpu

@@ -1,0 +1,46 @@
+// The device side of the paged KV cache, as plain data the kernels understand.
+//
+// Memory for one layer's keys (and likewise values) is one tensor
+//   [num_blocks, num_kv_heads, block_size, head_dim]
+// A sequence's token at position p lives in block block_table[p / block_size],
+// row p % block_size. Which blocks a sequence owns is host metadata (src/kv);
+// kernels only read the block tables they are given.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tessera::backend {
+
+struct PagedKvLayer {
+  Tensor keys;    // [num_blocks, num_kv_heads, block_size, head_dim]
+  Tensor values;  // [num_blocks, num_kv_heads, block_size, head_dim]
+};
+
+struct PagedKvCache {
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  std::vector<PagedKvLayer> layers;
+
+  // Bytes one block takes over all layers (keys and values).
+  size_t block_bytes() const;
+};
+
+// Where the new tokens of a step sit, shared by every layer of one forward.
+// All vectors are host memory; a device backend uploads them once per step.
+struct AttentionBatch {
+  std::vector<int32_t> positions;          // [num_tokens] position of each new token in its sequence
+  std::vector<int32_t> query_start;        // [num_seqs + 1] new tokens of sequence s: [query_start[s], query_start[s+1])
+  std::vector<int32_t> block_tables;       // [num_seqs, max_blocks_per_seq] block ids, row-major
+  int32_t max_blocks_per_seq = 0;
+  int64_t sliding_window = 0;              // 0: attend to every earlier token
+
+  int64_t num_seqs() const { return static_cast<int64_t>(query_start.size()) - 1; }
+  int64_t num_tokens() const { return static_cast<int64_t>(positions.size()); }
+};
+
+}  // namespace tessera::backend
