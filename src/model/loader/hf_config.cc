@@ -1,0 +1,213 @@
+#include "model/loader/hf_config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tessera::model {
+
+using nlohmann::json;
+
+namespace {
+
+// Reads and parses one JSON file, naming it in every error.
+json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("cannot open {}", path.string()),
+                "is this a Hugging Face model directory?");
+  }
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} is not valid JSON: {}", path.string(), e.what()));
+  }
+}
+
+class ConfigReader {
+ public:
+  ConfigReader(const json& config, const std::string& source) : config_(config), source_(source) {}
+
+  bool has(const char* key) const { return config_.contains(key) && !config_[key].is_null(); }
+
+  int64_t positive_int(const char* key) const {
+    if (!has(key)) fail(key, "is missing");
+    const json& value = config_[key];
+    if (!value.is_number_integer()) fail(key, "must be an integer");
+    int64_t v = value.get<int64_t>();
+    if (v <= 0) fail(key, fmt::format("must be positive, got {}", v));
+    return v;
+  }
+  int64_t positive_int_or(const char* key, int64_t fallback) const { return has(key) ? positive_int(key) : fallback; }
+
+  double positive_number_or(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    const json& value = config_[key];
+    if (!value.is_number()) fail(key, "must be a number");
+    double v = value.get<double>();
+    if (!(v > 0) || !std::isfinite(v)) fail(key, fmt::format("must be a positive number, got {}", v));
+    return v;
+  }
+
+  bool bool_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!config_[key].is_boolean()) fail(key, "must be true or false");
+    return config_[key].get<bool>();
+  }
+
+  // bos/eos ids come as an integer, a list of integers, or null.
+  std::vector<int32_t> id_list(const char* key) const {
+    std::vector<int32_t> ids;
+    if (!has(key)) return ids;
+    const json& value = config_[key];
+    auto push = [&](const json& item) {
+      if (!item.is_number_integer() || item.get<int64_t>() < 0) fail(key, "must hold non-negative integers");
+      ids.push_back(item.get<int32_t>());
+    };
+    if (value.is_array()) {
+      for (const json& item : value) push(item);
+    } else {
+      push(value);
+    }
+    return ids;
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: '{}' {}", source_, key, what));
+  }
+
+  const json& raw() const { return config_; }
+
+ private:
+  const json& config_;
+  const std::string& source_;
+};
+
+DType parse_torch_dtype(const ConfigReader& reader) {
+  const char* key = reader.has("torch_dtype") ? "torch_dtype" : "dtype";  // transformers 5 writes "dtype"
+  if (!reader.has(key)) return DType::kBF16;
+  const json& value = reader.raw()[key];
+  if (!value.is_string()) reader.fail(key, "must be a string");
+  std::string name = value.get<std::string>();
+  if (name == "float32") return DType::kF32;
+  if (name == "float16") return DType::kF16;
+  if (name == "bfloat16") return DType::kBF16;
+  reader.fail(key, fmt::format("is '{}'; supported: float32, float16, bfloat16", name));
+}
+
+// rope_scaling: null, or {"type"|"rope_type": linear|dynamic|llama3|yarn|default, ...}.
+// transformers 5 may write the same under "rope_parameters" (with rope_theta inside).
+RopeScaling parse_rope_scaling(const json& scaling, const std::string& source, int64_t max_positions) {
+  RopeScaling rope;
+  if (scaling.is_null()) return rope;
+  if (!scaling.is_object()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: 'rope_scaling' must be an object or null", source));
+  }
+  ConfigReader reader(scaling, source);
+  std::string type;
+  if (reader.has("rope_type")) type = scaling["rope_type"].get<std::string>();
+  else if (reader.has("type")) type = scaling["type"].get<std::string>();
+  else type = "default";
+  if (type == "default") return rope;
+
+  if (type == "linear") rope.type = RopeScalingType::kLinear;
+  else if (type == "dynamic") rope.type = RopeScalingType::kDynamic;
+  else if (type == "llama3") rope.type = RopeScalingType::kLlama3;
+  else if (type == "yarn") rope.type = RopeScalingType::kYarn;
+  else {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: rope scaling type '{}' is not supported", source, type),
+                "supported: linear, dynamic, llama3, yarn");
+  }
+  rope.factor = reader.positive_number_or("factor", 1.0);
+  rope.low_freq_factor = reader.positive_number_or("low_freq_factor", 1.0);
+  rope.high_freq_factor = reader.positive_number_or("high_freq_factor", 4.0);
+  rope.original_max_position_embeddings = reader.positive_int_or("original_max_position_embeddings", max_positions);
+  rope.beta_fast = reader.positive_number_or("beta_fast", 32.0);
+  rope.beta_slow = reader.positive_number_or("beta_slow", 1.0);
+  if (reader.has("attention_factor")) rope.attention_factor = reader.positive_number_or("attention_factor", 1.0);
+  if (rope.type == RopeScalingType::kLlama3 && rope.high_freq_factor <= rope.low_freq_factor) {
+    reader.fail("high_freq_factor", "must be larger than low_freq_factor");
+  }
+  return rope;
+}
+
+}  // namespace
+
+ModelSpec parse_model_spec(const json& config, const std::string& source) {
+  if (!config.is_object()) throw Error(ErrorKind::kInvalidArgument, source + ": the config must be a JSON object");
+  ConfigReader reader(config, source);
+  ModelSpec spec;
+  if (reader.has("architectures") && config["architectures"].is_array() && !config["architectures"].empty() &&
+      config["architectures"][0].is_string()) {
+    spec.architecture = config["architectures"][0].get<std::string>();
+  } else {
+    reader.fail("architectures", "must be a non-empty list of names, e.g. [\"LlamaForCausalLM\"]");
+  }
+  if (reader.has("model_type") && config["model_type"].is_string()) spec.model_type = config["model_type"];
+
+  spec.hidden_size = reader.positive_int("hidden_size");
+  spec.num_layers = reader.positive_int("num_hidden_layers");
+  spec.num_heads = reader.positive_int("num_attention_heads");
+  spec.num_kv_heads = reader.positive_int_or("num_key_value_heads", spec.num_heads);
+  if (spec.num_heads % spec.num_kv_heads != 0) {
+    reader.fail("num_key_value_heads", fmt::format("({}) must divide num_attention_heads ({})", spec.num_kv_heads,
+                                                   spec.num_heads));
+  }
+  if (!reader.has("head_dim") && spec.hidden_size % spec.num_heads != 0) {
+    reader.fail("hidden_size", "must be divisible by num_attention_heads when head_dim is not given");
+  }
+  spec.head_dim = reader.positive_int_or("head_dim", spec.hidden_size / spec.num_heads);
+  if (spec.head_dim % 2 != 0) reader.fail("head_dim", "must be even for rotary embeddings");
+  spec.intermediate_size = reader.positive_int("intermediate_size");
+  spec.vocab_size = reader.positive_int("vocab_size");
+  spec.max_position_embeddings = reader.positive_int_or("max_position_embeddings", 2048);
+  spec.rms_norm_eps = reader.positive_number_or("rms_norm_eps", 1e-6);
+
+  const json* rope_parameters = nullptr;
+  if (reader.has("rope_parameters") && config["rope_parameters"].is_object()) rope_parameters = &config["rope_parameters"];
+  spec.rope_theta = reader.positive_number_or("rope_theta", 10000.0);
+  if (rope_parameters && !reader.has("rope_theta")) {
+    spec.rope_theta = ConfigReader(*rope_parameters, source).positive_number_or("rope_theta", 10000.0);
+  }
+  if (reader.has("rope_scaling")) {
+    spec.rope_scaling = parse_rope_scaling(config["rope_scaling"], source, spec.max_position_embeddings);
+  } else if (rope_parameters) {
+    spec.rope_scaling = parse_rope_scaling(*rope_parameters, source, spec.max_position_embeddings);
+  }
+
+  // Qwen2 declares a window but only uses it with use_sliding_window = true.
+  bool window_enabled = reader.bool_or("use_sliding_window", spec.model_type != "qwen2");
+  if (window_enabled && reader.has("sliding_window")) spec.sliding_window = reader.positive_int("sliding_window");
+
+  spec.tie_word_embeddings = reader.bool_or("tie_word_embeddings", false);
+  spec.bos_token_ids = reader.id_list("bos_token_id");
+  spec.eos_token_ids = reader.id_list("eos_token_id");
+  spec.torch_dtype = parse_torch_dtype(reader);
+  return spec;
+}
+
+ModelSpec read_model_spec(const std::filesystem::path& dir) {
+  std::filesystem::path config_path = dir / "config.json";
+  json config = read_json_file(config_path);
+  ModelSpec spec = parse_model_spec(config, config_path.string());
+
+  // generation_config.json often lists extra stop ids (e.g. Llama 3's <|eot_id|>).
+  std::filesystem::path generation_path = dir / "generation_config.json";
+  if (std::filesystem::exists(generation_path)) {
+    json generation = read_json_file(generation_path);
+    if (generation.is_object()) {
+      for (int32_t id : ConfigReader(generation, generation_path.string()).id_list("eos_token_id")) {
+        if (std::find(spec.eos_token_ids.begin(), spec.eos_token_ids.end(), id) == spec.eos_token_ids.end()) {
+          spec.eos_token_ids.push_back(id);
+        }
+      }
+    }
+  }
+  return spec;
+}
+
+}  // namespace tessera::model

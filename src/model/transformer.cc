@@ -1,0 +1,117 @@
+#include "model/transformer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "model/arch/architecture.h"
+#include "model/layers/rope.h"
+#include "model/loader/checkpoint.h"
+#include "model/loader/hf_config.h"
+
+namespace tessera::model {
+
+Transformer::Transformer(ModelSpec spec, ModelWeights weights, backend::Backend& backend)
+    : spec_(std::move(spec)), weights_(std::move(weights)), backend_(backend) {}
+
+backend::PagedKvCache Transformer::allocate_cache(int64_t num_blocks, int64_t block_size) {
+  backend::PagedKvCache cache;
+  cache.num_blocks = num_blocks;
+  cache.block_size = block_size;
+  cache.num_kv_heads = spec_.num_kv_heads;
+  cache.head_dim = spec_.head_dim;
+  const Shape shape = {num_blocks, spec_.num_kv_heads, block_size, spec_.head_dim};
+  for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
+    cache.layers.push_back({Tensor::empty(shape, backend_.compute_dtype(), backend_.allocator()),
+                            Tensor::empty(shape, backend_.compute_dtype(), backend_.allocator())});
+  }
+  return cache;
+}
+
+Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& cache) {
+  const backend::AttentionBatch& attention = batch.attention;
+  const int64_t n = static_cast<int64_t>(batch.token_ids.size());
+  TESSERA_CHECK(n == attention.num_tokens());
+  TESSERA_CHECK(static_cast<int64_t>(cache.layers.size()) == spec_.num_layers);
+  const int64_t hidden = spec_.hidden_size;
+  const DType dtype = backend_.compute_dtype();
+  Allocator& allocator = backend_.allocator();
+  auto activation = [&](int64_t width) { return Tensor::empty({n, width}, dtype, allocator); };
+
+  // Per-sequence RoPE frequencies: dynamic NTK depends on each sequence's length.
+  std::vector<float> inv_freq;
+  float attention_scaling = 1.0f;
+  for (int64_t s = 0; s < attention.num_seqs(); ++s) {
+    int32_t last_position = 0;
+    for (int32_t t = attention.query_start[s]; t < attention.query_start[s + 1]; ++t) {
+      last_position = std::max(last_position, attention.positions[t]);
+    }
+    RopeFrequencies rope = rope_frequencies(spec_, last_position + 1);
+    inv_freq.insert(inv_freq.end(), rope.inv_freq.begin(), rope.inv_freq.end());
+    attention_scaling = rope.attention_scaling;
+  }
+  backend::AttentionBatch layer_batch = attention;
+  layer_batch.sliding_window = spec_.sliding_window.value_or(0);
+
+  Tensor residual = activation(hidden);   // [n, hidden]
+  Tensor normed = activation(hidden);     // [n, hidden]
+  Tensor qkv = activation(spec_.qkv_size());
+  Tensor attn_out = activation(spec_.q_size());
+  Tensor projected = activation(hidden);
+  Tensor gate_up = activation(2 * spec_.intermediate_size);
+  Tensor mlp_hidden = activation(spec_.intermediate_size);
+  const float eps = static_cast<float>(spec_.rms_norm_eps);
+
+  backend_.embedding(weights_.embed, batch.token_ids, residual);
+  trace("embedding", -1, residual);
+  backend_.rms_norm(residual, weights_.layers[0].attn_norm, eps, normed);
+  for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
+    const LayerWeights& w = weights_.layers[layer];
+    backend::PagedKvLayer& kv = cache.layers[layer];
+    trace("attn_norm", layer, normed);
+    backend_.linear(normed, w.qkv, w.qkv_bias, qkv);
+    backend_.rope_and_cache_write(qkv, spec_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
+                                  cache.block_size);
+    trace("qkv_rope", layer, qkv);
+    backend_.paged_attention(qkv, spec_.num_heads, layer_batch, kv, cache.block_size, attn_out);
+    trace("attention", layer, attn_out);
+    backend_.linear(attn_out, w.o, Tensor(), projected);
+    backend_.add_rms_norm(residual, projected, w.ffn_norm, eps, normed);  // residual += attention
+    trace("ffn_norm", layer, normed);
+    backend_.linear(normed, w.gate_up, Tensor(), gate_up);
+    backend_.silu_mul(gate_up, mlp_hidden);
+    backend_.linear(mlp_hidden, w.down, Tensor(), projected);
+    trace("mlp", layer, projected);
+    // residual += mlp, then the next layer's input norm (or the final norm).
+    const Tensor& next_norm = layer + 1 < spec_.num_layers ? weights_.layers[layer + 1].attn_norm : weights_.final_norm;
+    backend_.add_rms_norm(residual, projected, next_norm, eps, normed);
+    trace("residual", layer, residual);
+  }
+  trace("final_norm", -1, normed);
+
+  const int64_t m = static_cast<int64_t>(batch.logit_rows.size());
+  Tensor selected = Tensor::empty({m, hidden}, dtype, allocator);
+  backend_.gather_rows(normed, batch.logit_rows, selected);
+  Tensor logits = Tensor::empty({m, spec_.vocab_size}, dtype, allocator);
+  backend_.linear(selected, weights_.lm_head, Tensor(), logits);
+  return backend_.to_host_f32(logits);
+}
+
+std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model_dir, backend::Backend& backend) {
+  auto start = std::chrono::steady_clock::now();
+  ModelSpec spec = read_model_spec(model_dir);
+  const Architecture& arch = find_architecture(spec.architecture);
+  spec.qkv_bias = arch.qkv_bias;
+  Checkpoint checkpoint = Checkpoint::open(model_dir);
+  ModelWeights weights = load_weights(spec, arch, checkpoint, backend);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log_info("loaded {} ({} layers, hidden {}, {} heads / {} kv heads, vocab {}) from {} in {:.2f} s", spec.architecture,
+           spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size, model_dir.string(),
+           seconds);
+  return std::make_unique<Transformer>(std::move(spec), std::move(weights), backend);
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,168 @@
+#include "model/weights.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tessera::model {
+
+namespace {
+
+std::string with_layer(const std::string& pattern, int64_t layer) {
+  std::string out = pattern;
+  size_t at = out.find("{L}");
+  if (at != std::string::npos) out.replace(at, 3, std::to_string(layer));
+  return out;
+}
+
+// Expected shape of a canonical weight and the row range each part fills.
+struct CanonicalLayout {
+  Shape shape;
+  int64_t row_begin = 0;  // of the part being filled
+  int64_t row_count = 0;
+};
+
+Shape canonical_shape(const ModelSpec& spec, const std::string& name) {
+  const int64_t h = spec.hidden_size;
+  if (name == "embed" || name == "lm_head") return {spec.vocab_size, h};
+  if (name == "final_norm" || name.ends_with(".attn_norm") || name.ends_with(".ffn_norm")) return {h};
+  if (name.ends_with(".qkv")) return {spec.qkv_size(), h};
+  if (name.ends_with(".qkv_bias")) return {spec.qkv_size()};
+  if (name.ends_with(".o")) return {h, spec.q_size()};
+  if (name.ends_with(".gate_up")) return {2 * spec.intermediate_size, h};
+  if (name.ends_with(".down")) return {h, spec.intermediate_size};
+  throw Error(ErrorKind::kInternal, "no canonical shape for weight " + name);
+}
+
+// Rows [begin, begin + count) of the canonical tensor that `part` fills.
+std::pair<int64_t, int64_t> part_rows(const ModelSpec& spec, WeightPart part, int64_t total_rows) {
+  const int64_t q = spec.q_size(), kv = spec.kv_size(), inter = spec.intermediate_size;
+  switch (part) {
+    case WeightPart::kQ: return {0, q};
+    case WeightPart::kK: return {q, kv};
+    case WeightPart::kV: return {q + kv, kv};
+    case WeightPart::kGate: return {0, inter};
+    case WeightPart::kUp: return {inter, inter};
+    case WeightPart::kWhole:
+    case WeightPart::kPackedWqkv: return {0, total_rows};
+  }
+  return {0, total_rows};
+}
+
+// Converts `rows` rows of `width` values from a checkpoint tensor into f32.
+void copy_rows_f32(const Tensor& source, int64_t source_row, float* destination, int64_t rows, int64_t width) {
+  const size_t element_bytes = dtype_bytes(source.dtype(), 1);
+  const auto* base = static_cast<const char*>(source.raw_data()) + source_row * width * element_bytes;
+  convert_to_f32(source.dtype(), base, destination, static_cast<size_t>(rows * width));
+}
+
+// InternLM2's wqkv rows: for each KV head g, [group query heads, key head g,
+// value head g], each head_dim rows. Scatter them into q | k | v.
+void unpack_internlm2_wqkv(const ModelSpec& spec, const Tensor& source, float* qkv) {
+  const int64_t hd = spec.head_dim, width = spec.hidden_size;
+  const int64_t group = spec.num_heads / spec.num_kv_heads;
+  int64_t source_head = 0;
+  for (int64_t g = 0; g < spec.num_kv_heads; ++g) {
+    for (int64_t i = 0; i < group; ++i) {
+      copy_rows_f32(source, source_head++ * hd, qkv + (g * group + i) * hd * width, hd, width);
+    }
+    copy_rows_f32(source, source_head++ * hd, qkv + (spec.q_size() + g * hd) * width, hd, width);
+    copy_rows_f32(source, source_head++ * hd, qkv + (spec.q_size() + spec.kv_size() + g * hd) * width, hd, width);
+  }
+}
+
+class WeightAssembler {
+ public:
+  WeightAssembler(const ModelSpec& spec, const Checkpoint& checkpoint) : spec_(spec), checkpoint_(checkpoint) {}
+
+  // Fills `part` of canonical weight `name` from checkpoint tensor `source_name`.
+  void fill(const std::string& name, WeightPart part, const std::string& source_name) {
+    const CheckpointTensor& source = checkpoint_.get(source_name);
+    Tensor& target = tensor_for(name);
+    const int64_t width = target.rank() == 2 ? target.dim(1) : 1;
+    auto [row_begin, row_count] = part_rows(spec_, part, target.dim(0));
+    Shape expected = target.rank() == 2 ? Shape{row_count, width} : Shape{row_count};
+    if (source.tensor.shape() != expected) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: tensor '{}' has shape {}, but config.json implies {}", source.file, source_name,
+                              shape_to_string(source.tensor.shape()), shape_to_string(expected)),
+                  "the weights do not match config.json; is the checkpoint complete and the config its own?");
+    }
+    if (!dtype_is_float(source.tensor.dtype())) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: tensor '{}' has dtype {}, expected a float type", source.file, source_name,
+                              dtype_name(source.tensor.dtype())));
+    }
+    float* destination = target.data<float>() + row_begin * width;
+    if (part == WeightPart::kPackedWqkv) {
+      unpack_internlm2_wqkv(spec_, source.tensor, destination);
+    } else {
+      copy_rows_f32(source.tensor, 0, destination, row_count, width);
+    }
+  }
+
+  Tensor take(const std::string& name) {
+    auto it = tensors_.find(name);
+    return it == tensors_.end() ? Tensor() : it->second;
+  }
+
+ private:
+  Tensor& tensor_for(const std::string& name) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) it = tensors_.emplace(name, Tensor::empty(canonical_shape(spec_, name), DType::kF32)).first;
+    return it->second;
+  }
+
+  const ModelSpec& spec_;
+  const Checkpoint& checkpoint_;
+  std::map<std::string, Tensor> tensors_;
+};
+
+}  // namespace
+
+ModelWeights load_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint,
+                          backend::Backend& backend) {
+  WeightAssembler assembler(spec, checkpoint);
+  for (const WeightSource& source : arch.sources) {
+    const bool per_layer = source.checkpoint_pattern.find("{L}") != std::string::npos;
+    const int64_t count = per_layer ? spec.num_layers : 1;
+    for (int64_t layer = 0; layer < count; ++layer) {
+      const std::string source_name = with_layer(source.checkpoint_pattern, layer);
+      if (source.optional && !checkpoint.contains(source_name)) continue;
+      if (source.canonical_pattern == "lm_head" && spec.tie_word_embeddings) continue;
+      assembler.fill(with_layer(source.canonical_pattern, layer), source.part, source_name);
+    }
+  }
+
+  ModelWeights weights;
+  weights.embed = backend.upload_weight(assembler.take("embed"));
+  weights.final_norm = backend.upload_weight(assembler.take("final_norm"));
+  Tensor lm_head = assembler.take("lm_head");
+  if (!lm_head.defined()) {
+    if (!spec.tie_word_embeddings) {
+      log_warning("{}: no LM head tensor in the checkpoint; using the embeddings (tied)", checkpoint.dir().string());
+    }
+    weights.lm_head = weights.embed;
+  } else {
+    weights.lm_head = backend.upload_weight(lm_head);
+  }
+  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+    auto take = [&](const char* part) { return assembler.take(with_layer(std::string("layers.{L}.") + part, layer)); };
+    LayerWeights lw;
+    lw.attn_norm = backend.upload_weight(take("attn_norm"));
+    lw.qkv = backend.upload_weight(take("qkv"));
+    Tensor bias = take("qkv_bias");
+    if (bias.defined()) lw.qkv_bias = backend.upload_weight(bias);
+    lw.o = backend.upload_weight(take("o"));
+    lw.ffn_norm = backend.upload_weight(take("ffn_norm"));
+    lw.gate_up = backend.upload_weight(take("gate_up"));
+    lw.down = backend.upload_weight(take("down"));
+    weights.layers.push_back(std::move(lw));
+  }
+  return weights;
+}
+
+}  // namespace tessera::model
