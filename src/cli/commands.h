@@ -1,0 +1,18 @@
+// The `tessera` subcommands. Each registers its options on the CLI11 app and
+// returns the function that runs it once the command line is parsed.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace tessera::cli {
+
+using Runner = std::function<int()>;
+
+void add_generate_command(CLI::App& app, Runner& runner);
+void add_convert_command(CLI::App& app, Runner& runner);
+void add_demo_model_command(CLI::App& app, Runner& runner);
+void add_bench_command(CLI::App& app, Runner& runner);
+
+}  // namespace tessera::cli

@@ -1,0 +1,57 @@
+#include "engine/generate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tessera::engine {
+
+GenerateResult generate(model::Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token) {
+  if (prompt.empty()) throw Error(ErrorKind::kInvalidArgument, "the prompt has no tokens", "give a non-empty prompt");
+  const int64_t limit = model.spec().max_position_embeddings;
+  const int64_t total = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
+  if (model.spec().rope_scaling.type == model::RopeScalingType::kNone && total > limit) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("prompt ({} tokens) plus max tokens ({}) exceeds the model's context of {} tokens",
+                            prompt.size(), options.max_new_tokens, limit),
+                "shorten the prompt or lower --max-tokens");
+  }
+  const int64_t block_size = options.block_size;
+  const int64_t num_blocks = (total + block_size - 1) / block_size;
+  backend::PagedKvCache cache = model.allocate_cache(num_blocks, block_size);
+
+  model::ForwardBatch batch;
+  batch.attention.max_blocks_per_seq = static_cast<int32_t>(num_blocks);
+  batch.attention.block_tables.resize(num_blocks);
+  std::iota(batch.attention.block_tables.begin(), batch.attention.block_tables.end(), 0);
+  batch.token_ids = prompt;
+  batch.attention.positions.resize(prompt.size());
+  std::iota(batch.attention.positions.begin(), batch.attention.positions.end(), 0);
+  batch.attention.query_start = {0, static_cast<int32_t>(prompt.size())};
+  batch.logit_rows = {static_cast<int32_t>(prompt.size()) - 1};
+
+  Sampler sampler(options.sampling);
+  GenerateResult result;
+  int32_t position = static_cast<int32_t>(prompt.size());
+  while (static_cast<int64_t>(result.tokens.size()) < options.max_new_tokens) {
+    Tensor logits = model.forward(batch, cache);  // [1, vocab]
+    const int32_t token = sampler.sample(logits.data<float>(), logits.dim(1));
+    result.tokens.push_back(token);
+    if (on_token) on_token(token);
+    if (std::find(options.stop_ids.begin(), options.stop_ids.end(), token) != options.stop_ids.end()) {
+      result.finish_reason = FinishReason::kStop;
+      break;
+    }
+    batch.token_ids = {token};
+    batch.attention.positions = {position++};
+    batch.attention.query_start = {0, 1};
+    batch.logit_rows = {0};
+  }
+  return result;
+}
+
+}  // namespace tessera::engine
