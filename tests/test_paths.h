@@ -1,0 +1,28 @@
+// Where tests find their data: committed fixtures, and the shared real files
+// (stories260K, tokenizers, chat templates) that may be absent on a user's clone.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace tessera::testing {
+
+inline std::filesystem::path testdata_dir() {
+  const char* env = std::getenv("TESSERA_TESTDATA");
+  return env ? std::filesystem::path(env) : std::filesystem::path(TESSERA_TESTDATA_DEFAULT);
+}
+
+inline std::filesystem::path fixtures_dir() { return TESSERA_FIXTURES; }
+
+inline std::filesystem::path tessera_binary() { return TESSERA_BINARY; }
+
+}  // namespace tessera::testing
+
+// Skips the current test with a message when a shared test file is missing.
+#define TESSERA_REQUIRE_TESTDATA(relative)                                              \
+  do {                                                                                  \
+    if (!std::filesystem::exists(::tessera::testing::testdata_dir() / (relative)))      \
+      GTEST_SKIP() << "test data " << (relative) << " not found under "                 \
+                   << ::tessera::testing::testdata_dir() << " (set TESSERA_TESTDATA)";  \
+  } while (0)
