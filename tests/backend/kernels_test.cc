@@ -1,0 +1,162 @@
+// The CPU kernels against formulas written out by hand, on small random inputs.
+// Attention is judged by a dense (non-paged) softmax attention over a shuffled
+// block table, so paging mistakes and masking mistakes both show.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "../compare.h"
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+
+namespace tessera::backend {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(CpuKernels, RmsNormMatchesFormula) {
+  const int64_t n = 3, h = 37;
+  auto x = random_vector(n * h, 1), w = random_vector(h, 2);
+  std::vector<float> out(n * h);
+  cpu::rms_norm(x.data(), w.data(), n, h, 1e-5f, out.data());
+  for (int64_t i = 0; i < n; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < h; ++j) ss += x[i * h + j] * x[i * h + j];
+    double inv = 1.0 / std::sqrt(ss / h + 1e-5);
+    for (int64_t j = 0; j < h; ++j) EXPECT_NEAR(out[i * h + j], x[i * h + j] * inv * w[j], 1e-5);
+  }
+}
+
+TEST(CpuKernels, LinearMatchesLoops) {
+  const int64_t m = 5, n = 7, k = 13;
+  auto x = random_vector(m * k, 3), w = random_vector(n * k, 4), b = random_vector(n, 5);
+  std::vector<float> y(m * n);
+  cpu::linear(x.data(), w.data(), b.data(), m, n, k, y.data());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = b[j];
+      for (int64_t t = 0; t < k; ++t) acc += x[i * k + t] * w[j * k + t];
+      EXPECT_NEAR(y[i * n + j], acc, 1e-4);
+    }
+}
+
+TEST(CpuKernels, RopeRotatesHalvesAndKeepsNorm) {
+  const int64_t hd = 8;
+  auto x = random_vector(hd, 6);
+  std::vector<float> inv_freq = {1.0f, 0.1f, 0.01f, 0.001f};
+  std::vector<float> y = x;
+  cpu::rope_rotate(y.data(), hd, 5, inv_freq.data(), 1.0f);
+  for (int i = 0; i < hd / 2; ++i) {
+    const float a = 5 * inv_freq[i];
+    EXPECT_NEAR(y[i], x[i] * std::cos(a) - x[i + 4] * std::sin(a), 1e-6);
+    EXPECT_NEAR(y[i + 4], x[i + 4] * std::cos(a) + x[i] * std::sin(a), 1e-6);
+  }
+  std::vector<float> z = x;
+  cpu::rope_rotate(z.data(), hd, 0, inv_freq.data(), 1.0f);  // position 0: identity
+  for (int i = 0; i < hd; ++i) EXPECT_FLOAT_EQ(z[i], x[i]);
+}
+
+TEST(CpuKernels, SiluMul) {
+  std::vector<float> gu = {1.0f, -2.0f, 3.0f, 0.5f};  // gate [1, -2], up [3, 0.5]
+  std::vector<float> out(2);
+  cpu::silu_mul(gu.data(), 1, 2, out.data());
+  EXPECT_NEAR(out[0], 1.0f / (1.0f + std::exp(-1.0f)) * 3.0f, 1e-6);
+  EXPECT_NEAR(out[1], -2.0f / (1.0f + std::exp(2.0f)) * 0.5f, 1e-6);
+}
+
+// Dense reference: causal GQA softmax attention over contiguous K/V [len, kv, hd].
+std::vector<float> dense_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                   const std::vector<float>& v, int64_t len, int64_t heads, int64_t kv_heads,
+                                   int64_t hd, int64_t query_position, int64_t window) {
+  std::vector<float> out(heads * hd, 0.0f);
+  for (int64_t h = 0; h < heads; ++h) {
+    const int64_t g = h / (heads / kv_heads);
+    std::vector<double> s;
+    int64_t first = window > 0 ? std::max<int64_t>(0, query_position - window + 1) : 0;
+    for (int64_t p = first; p <= query_position; ++p) {
+      double dot = 0;
+      for (int64_t d = 0; d < hd; ++d) dot += q[h * hd + d] * k[(p * kv_heads + g) * hd + d];
+      s.push_back(dot / std::sqrt(static_cast<double>(hd)));
+    }
+    double mx = *std::max_element(s.begin(), s.end()), sum = 0;
+    for (double& e : s) sum += (e = std::exp(e - mx));
+    for (int64_t p = first; p <= query_position; ++p)
+      for (int64_t d = 0; d < hd; ++d) out[h * hd + d] += s[p - first] / sum * v[(p * kv_heads + g) * hd + d];
+  }
+  (void)len;
+  return out;
+}
+
+void check_paged_attention(int64_t heads, int64_t kv_heads, int64_t hd, int64_t block_size, int64_t len,
+                           int64_t window) {
+  auto backend = make_cpu_backend();
+  const int64_t blocks = (len + block_size - 1) / block_size + 2;
+  // A shuffled block table: sequence block i lives in physical block table[i].
+  std::vector<int32_t> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(7));
+
+  PagedKvLayer cache{Tensor::empty({blocks, kv_heads, block_size, hd}, DType::kF32),
+                     Tensor::empty({blocks, kv_heads, block_size, hd}, DType::kF32)};
+  const int64_t qkv_size = (heads + 2 * kv_heads) * hd;
+  auto qkv_values = random_vector(len * qkv_size, 11);
+  Tensor qkv = Tensor::from_f32(qkv_values, {len, qkv_size});
+  AttentionBatch batch;
+  batch.positions.resize(len);
+  std::iota(batch.positions.begin(), batch.positions.end(), 0);
+  batch.query_start = {0, static_cast<int32_t>(len)};
+  batch.block_tables = table;
+  batch.max_blocks_per_seq = static_cast<int32_t>(blocks);
+  batch.sliding_window = window;
+  std::vector<float> zero_freq(hd / 2, 0.0f);  // angle 0: the cache gets k and v unrotated
+  backend->rope_and_cache_write(qkv, heads, zero_freq, 1.0f, batch, cache, block_size);
+  Tensor out = Tensor::empty({len, heads * hd}, DType::kF32);
+  backend->paged_attention(qkv, heads, batch, cache, block_size, out);
+
+  std::vector<float> k(len * kv_heads * hd), v(len * kv_heads * hd);
+  for (int64_t t = 0; t < len; ++t)
+    for (int64_t j = 0; j < kv_heads * hd; ++j) {
+      k[t * kv_heads * hd + j] = qkv_values[t * qkv_size + heads * hd + j];
+      v[t * kv_heads * hd + j] = qkv_values[t * qkv_size + (heads + kv_heads) * hd + j];
+    }
+  for (int64_t t = 0; t < len; ++t) {
+    std::vector<float> q(qkv_values.begin() + t * qkv_size, qkv_values.begin() + t * qkv_size + heads * hd);
+    auto expected = dense_attention(q, k, v, len, heads, kv_heads, hd, t, window);
+    auto c = testing::compare(out.data<float>() + t * heads * hd, expected.data(), expected.size());
+    ASSERT_TRUE(c.within(1e-5, 1e-5)) << "token " << t << ": " << c.describe();
+  }
+}
+
+TEST(CpuKernels, PagedAttentionMatchesDenseOverGrid) {
+  for (int64_t hd : {64, 128})
+    for (auto [heads, kv] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {8, 2}, {8, 1}})
+      for (int64_t block : {1, 16, 64})
+        for (int64_t len : {1, 17, 70}) check_paged_attention(heads, kv, hd, block, len, 0);
+}
+
+TEST(CpuKernels, PagedAttentionSlidingWindow) { check_paged_attention(4, 1, 64, 16, 40, 6); }
+
+TEST(Compare, CatchesAPlantedError) {
+  // The closeness check itself must be able to fail: a single changed value,
+  // or a NaN, is reported outside the bounds the tests use.
+  auto a = random_vector(1000, 9);
+  auto b = a;
+  EXPECT_TRUE(testing::compare(b.data(), a.data(), a.size()).within(1e-6, 1e-6));
+  b[500] += 0.01f;
+  EXPECT_FALSE(testing::compare(b.data(), a.data(), a.size()).within(2e-3, 1e-4));
+  b[500] = NAN;
+  EXPECT_FALSE(testing::compare(b.data(), a.data(), a.size()).within(1e30, 1e30));
+}
+
+}  // namespace
+}  // namespace tessera::backend
