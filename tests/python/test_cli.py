@@ -1,0 +1,94 @@
+"""The tessera command line as a user runs it: stdout carries only the generated
+text, logs go to stderr, and mistakes end in a clear message and a non-zero status."""
+
+import subprocess
+
+import pytest
+
+STORY_START = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+
+
+def run(binary, *args, check=True):
+    result = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"tessera {' '.join(map(str, args))} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tessera_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "model"
+    run(tessera_bin, "demo_model", out)
+    return out
+
+
+def test_demo_model_generates_the_same_text_every_time(tessera_bin, demo_dir):
+    first = run(tessera_bin, "generate", demo_dir, "--prompt", "Once upon a time", "--max-tokens", "20")
+    second = run(tessera_bin, "generate", demo_dir, "--prompt", "Once upon a time", "--max-tokens", "20")
+    assert first.stdout == second.stdout
+    assert first.stdout.strip(), "no text generated"
+    assert "INFO" not in first.stdout, "logs leaked onto stdout"
+    assert "loaded LlamaForCausalLM" in first.stderr
+
+
+def test_demo_model_is_byte_identical_on_every_build(tessera_bin, demo_dir, tmp_path):
+    again = tmp_path / "again"
+    run(tessera_bin, "demo_model", again)
+    assert (again / "model.safetensors").read_bytes() == (demo_dir / "model.safetensors").read_bytes()
+    assert (again / "tokenizer.json").read_bytes() == (demo_dir / "tokenizer.json").read_bytes()
+
+
+def test_sampling_with_a_seed_is_reproducible(tessera_bin, demo_dir):
+    args = ["generate", demo_dir, "--prompt", "Hello", "--max-tokens", "16", "--temperature", "1.0"]
+    a = run(tessera_bin, *args, "--seed", "7").stdout
+    b = run(tessera_bin, *args, "--seed", "7").stdout
+    assert a == b
+
+
+def test_stories260k_tells_llama2c_story(tessera_bin, testdata, tmp_path):
+    source = testdata / "models" / "stories260K"
+    out = tmp_path / "stories"
+    run(tessera_bin, "convert", "llama2c", source / "stories260K.bin", source / "tok512.bin", out)
+    for name in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                 "generation_config.json"]:
+        assert (out / name).exists(), name
+    result = run(tessera_bin, "generate", out, "--max-tokens", "200")
+    assert result.stdout.startswith(STORY_START), result.stdout[:200]
+
+
+def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
+    result = run(tessera_bin, "generate", tmp_path / "nope", "--prompt", "x", check=False)
+    assert result.returncode != 0
+    assert "nope" in result.stderr
+
+
+def test_directory_without_weights_names_what_was_looked_for(tessera_bin, demo_dir, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ["config.json", "tokenizer.json", "tokenizer_config.json"]:
+        (broken / name).write_bytes((demo_dir / name).read_bytes())
+    result = run(tessera_bin, "generate", broken, "--prompt", "x", check=False)
+    assert result.returncode == 2, result.stderr
+    assert "safetensors" in result.stderr
+    assert "Traceback" not in result.stderr and "terminate" not in result.stderr
+
+
+def test_truncated_weights_are_refused_with_the_file_named(tessera_bin, demo_dir, tmp_path):
+    broken = tmp_path / "truncated"
+    broken.mkdir()
+    for name in ["config.json", "tokenizer.json", "tokenizer_config.json"]:
+        (broken / name).write_bytes((demo_dir / name).read_bytes())
+    data = (demo_dir / "model.safetensors").read_bytes()
+    (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
+    result = run(tessera_bin, "generate", broken, "--prompt", "x", check=False)
+    assert result.returncode == 2, result.stderr
+    assert "model.safetensors" in result.stderr
+
+
+def test_unknown_flag_and_bad_value_are_usage_errors(tessera_bin, demo_dir):
+    result = run(tessera_bin, "generate", demo_dir, "--no-such-flag", check=False)
+    assert result.returncode != 0 and "no-such-flag" in result.stderr + result.stdout
+    result = run(tessera_bin, "generate", demo_dir, "--max-tokens", "-3", check=False)
+    assert result.returncode != 0
+    result = run(tessera_bin, "generate", demo_dir, "--log-level", "LOUD", check=False)
+    assert result.returncode != 0 and "LOUD" in result.stderr
