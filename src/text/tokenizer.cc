@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "text/bpe_tokenizer.h"
 #include "text/json_field.h"
+#include "text/sentencepiece_tokenizer.h"
 #include "text/tokenizer_config.h"
 
 namespace tessera::text {
@@ -17,16 +18,14 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& model_dir
   }
   const fs::path tokenizer_json = model_dir / "tokenizer.json";
   const fs::path config_json = model_dir / "tokenizer_config.json";
-  if (fs::exists(tokenizer_json)) {
+  const fs::path sentencepiece_model = model_dir / "tokenizer.model";
+  if (fs::exists(tokenizer_json) || fs::exists(sentencepiece_model)) {
     const TokenizerConfig config = fs::exists(config_json) ? read_tokenizer_config(config_json) : TokenizerConfig{};
-    return BpeTokenizer::from_json(read_json_file(tokenizer_json), config, tokenizer_json.string());
-  }
-  if (fs::exists(model_dir / "tokenizer.model")) {
-    throw Error(ErrorKind::kUnsupported,
-                fmt::format("{} has only tokenizer.model: tokenizer.model (SentencePiece) support is not built yet",
-                            model_dir.string()),
-                "add the model's tokenizer.json (transformers writes one with "
-                "AutoTokenizer.from_pretrained(dir).save_pretrained(dir))");
+    // tokenizer.json is what transformers' fast tokenizers load, so it wins when both are there.
+    if (fs::exists(tokenizer_json)) {
+      return BpeTokenizer::from_json(read_json_file(tokenizer_json), config, tokenizer_json.string());
+    }
+    return SentencePieceTokenizer::load(sentencepiece_model, config);
   }
   throw Error(ErrorKind::kInvalidArgument,
               fmt::format("no tokenizer in {}: neither tokenizer.json nor tokenizer.model is there", model_dir.string()),

@@ -1,7 +1,7 @@
 // Tokenizer: text <-> token ids for one model directory.
 //
 // The interface every tokenizer family implements (Hugging Face tokenizer.json
-// pipelines now; SentencePiece tokenizer.model next). The engine sees only
+// pipelines, SentencePiece tokenizer.model). The engine sees only
 // ids; the server tokenizes prompts and detokenizes outputs through this.
 // Implementations are immutable after loading, so one instance may be used
 // from many threads at once.
@@ -44,11 +44,11 @@ class Tokenizer {
   virtual bool is_special(int32_t id) const = 0;
 };
 
-// Loads the tokenizer of a model directory: tokenizer.json (with
-// tokenizer_config.json's special tokens and add_bos/add_eos when present).
-// Throws Error(kUnsupported) for a directory with only tokenizer.model
-// (SentencePiece is not built yet) or a tokenizer.json component tessera does
-// not implement, Error(kInvalidArgument) for a missing or malformed file.
+// Loads the tokenizer of a model directory: tokenizer.json when present, else
+// tokenizer.model (SentencePiece), each with tokenizer_config.json's special
+// tokens, added tokens and add_bos/add_eos when present.
+// Throws Error(kUnsupported) for a tokenizer.json component tessera does not
+// implement, Error(kInvalidArgument) for a missing or malformed file.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);
 
 }  // namespace tessera::text

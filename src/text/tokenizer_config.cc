@@ -20,6 +20,39 @@ std::optional<bool> bool_field(const JsonField& config, std::string_view key) {
   return field->as_bool();
 }
 
+// "added_tokens_decoder": {"92543": {"content": "<|im_start|>", "special": true, ...}, ...}
+std::vector<AddedToken> added_tokens_field(const JsonField& config) {
+  std::vector<AddedToken> tokens;
+  const auto decoder = config.find("added_tokens_decoder");
+  if (!decoder) return tokens;
+  if (!decoder->value().is_object()) decoder->fail("expected an object of id: token");
+  for (const auto& [key, value] : decoder->value().items()) {
+    const JsonField item = decoder->member(value, key);
+    AddedToken token;
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != key.size() || id < 0 || id > INT32_MAX) item.fail("expected a token id as the key");
+    token.id = static_cast<int32_t>(id);
+    if (item.value().is_string()) {
+      token.content = item.as_string();
+    } else {
+      token.content = item.at("content").as_string();
+      token.special = item.bool_or("special", false);
+      token.normalized = item.bool_or("normalized", !token.special);
+      token.lstrip = item.bool_or("lstrip", false);
+      token.rstrip = item.bool_or("rstrip", false);
+      token.single_word = item.bool_or("single_word", false);
+    }
+    tokens.push_back(std::move(token));
+  }
+  return tokens;
+}
+
 }  // namespace
 
 TokenizerConfig parse_tokenizer_config(const nlohmann::json& json, const std::string& source) {
@@ -32,6 +65,8 @@ TokenizerConfig parse_tokenizer_config(const nlohmann::json& json, const std::st
   result.eos_token = token_field(config, "eos_token");
   result.unk_token = token_field(config, "unk_token");
   result.pad_token = token_field(config, "pad_token");
+  result.legacy = bool_field(config, "legacy");
+  result.added_tokens = added_tokens_field(config);
   if (const auto length = config.find("model_max_length")) {
     const nlohmann::json& value = length->value();
     if (!value.is_number()) length->fail("expected a number");

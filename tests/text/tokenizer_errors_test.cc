@@ -65,7 +65,8 @@ TEST_F(TokenizerErrorsTest, MissingDirectoryAndFiles) {
   expect_error([&] { load_tokenizer(dir_); }, ErrorKind::kInvalidArgument,
                {dir_.string(), "tokenizer.json", "tokenizer.model"});
   write(dir_ / "tokenizer.model", "sentencepiece bytes");
-  expect_error([&] { load_tokenizer(dir_); }, ErrorKind::kUnsupported, {"tokenizer.model (SentencePiece)"});
+  expect_error([&] { load_tokenizer(dir_); }, ErrorKind::kInvalidArgument,
+               {(dir_ / "tokenizer.model").string(), "not a SentencePiece model"});
 }
 
 TEST_F(TokenizerErrorsTest, MalformedJson) {
