@@ -39,7 +39,11 @@ GenerateResult generate(model::Transformer& model, const std::vector<int32_t>& p
   int32_t position = static_cast<int32_t>(prompt.size());
   while (static_cast<int64_t>(result.tokens.size()) < options.max_new_tokens) {
     Tensor logits = model.forward(batch, cache);  // [1, vocab]
-    const int32_t token = sampler.sample(logits.data<float>(), logits.dim(1));
+    SampleInputs inputs;
+    inputs.prompt = prompt;
+    inputs.output = result.tokens;
+    const int32_t token =
+        sampler.sample({logits.data<float>(), static_cast<size_t>(logits.dim(1))}, inputs).token;
     result.tokens.push_back(token);
     if (on_token) on_token(token);
     if (std::find(options.stop_ids.begin(), options.stop_ids.end(), token) != options.stop_ids.end()) {

@@ -1,13 +1,14 @@
 // Generation for one sequence: prefill the prompt, then decode token by token
-// through the paged cache. The command line's `generate` and the end-to-end
-// tests use it; the serving engine (scheduler, many sequences) builds on the
-// same Transformer::forward.
+// through the paged cache, with no scheduler. The command line's `generate`
+// uses it, and the engine's tests use it as the reference a batched request
+// must equal token for token (same Sampler, same penalties).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "engine/request.h"
 #include "engine/sampler.h"
 #include "model/transformer.h"
 
@@ -20,11 +21,9 @@ struct GenerateOptions {
   int64_t block_size = 64;
 };
 
-enum class FinishReason { kStop, kLength };
-
 struct GenerateResult {
   std::vector<int32_t> tokens;  // the new tokens, the stop token included
-  FinishReason finish_reason = FinishReason::kLength;
+  FinishReason finish_reason = FinishReason::kLength;  // kStop or kLength
 };
 
 // `on_token` (optional) sees each new token as soon as it is sampled.

@@ -1,22 +1,74 @@
-// Sampling one token from a row of logits. This first sampler knows greedy and
-// temperature (with a seed); the engine's full sampler grows from here.
+// Sampler: one token from one row of logits, for one request.
+//
+// Each request owns its Sampler, and with it its random generator (seeded by
+// SamplingParams::seed), so a request samples the same tokens alone or in any
+// batch: the generator advances only on that request's own draws.
+//
+// Processing order (the "processed distribution"):
+//   1. repetition_penalty (HF): over the ids in prompt + output, a positive
+//      logit is divided by the penalty and a negative one multiplied;
+//   2. presence / frequency penalties (OpenAI): over the output ids,
+//      logit -= presence * [count > 0] + frequency * count;
+//   3. masked ids (eos and stop ids before min_tokens) become -inf;
+//   4. temperature: greedy (argmax, lowest id on a tie) when 0, else logits / T;
+//   5. truncation: top_k, then top_p (the smallest set of likeliest tokens whose
+//      probability reaches top_p), then min_p (prob >= min_p * max prob);
+//   6. a draw from the renormalised probabilities, in id order.
+// Logprobs are the log-softmax after steps 1-4 (penalties, masks and
+// temperature; T = 1 when greedy), before truncation — so they describe the
+// distribution the token was drawn from, and tokens cut by top_k/top_p still
+// get a finite value.
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <span>
+#include <vector>
 
 namespace tessera::engine {
 
 struct SamplingParams {
-  float temperature = 0.0f;  // 0: greedy (argmax; the lowest id wins a tie)
+  float temperature = 0.0f;          // 0: greedy
   uint64_t seed = 0;
+  int32_t top_k = 0;                 // <= 0: off
+  float top_p = 1.0f;                // (0, 1]; 1: off
+  float min_p = 0.0f;                // [0, 1]; 0: off
+  float repetition_penalty = 1.0f;   // > 0; 1: off
+  float presence_penalty = 0.0f;     // [-2, 2] as OpenAI; 0: off
+  float frequency_penalty = 0.0f;    // [-2, 2] as OpenAI; 0: off
+};
+
+// Throws Error(kInvalidArgument) naming the field when a value is out of range.
+void validate(const SamplingParams& params);
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+// What the sampler needs besides the logits.
+struct SampleInputs {
+  std::span<const int32_t> prompt;   // for repetition_penalty
+  std::span<const int32_t> output;   // tokens generated so far: penalties
+  std::span<const int32_t> masked;   // ids that must not be sampled now
+  bool logprobs = false;             // fill SampleResult::logprob
+  int32_t top_logprobs = 0;          // and this many of the likeliest tokens
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.0f;                    // when requested
+  std::vector<TokenLogprob> top_logprobs;  // likeliest first, lowest id on a tie
 };
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
-  // logits [vocab] f32
-  int32_t sample(const float* logits, int64_t vocab);
+  // logits [vocab] f32; no history, no masks, no logprobs.
+  int32_t sample(const float* logits, int64_t vocab) { return sample(std::span<const float>(logits, vocab), {}).token; }
+  SampleResult sample(std::span<const float> logits, const SampleInputs& inputs);
+
+  const SamplingParams& params() const { return params_; }
 
  private:
   SamplingParams params_;
@@ -24,5 +76,8 @@ class Sampler {
 };
 
 int32_t argmax(const float* values, int64_t count);
+
+// Steps 1-3 above, in place on `logits` [vocab] (exposed for tests).
+void apply_penalties_and_masks(std::vector<float>& logits, const SamplingParams& params, const SampleInputs& inputs);
 
 }  // namespace tessera::engine
