@@ -1,0 +1,126 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tessera::engine {
+
+Scheduler::Scheduler(const SchedulerConfig& config, const StopConfig& stop, kv::KvCacheManager& kv)
+    : config_(config), stop_(stop), kv_(kv) {
+  TESSERA_CHECK(config.max_batch_size > 0 && config.max_num_batched_tokens > 0);
+}
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) {
+  TESSERA_CHECK(seq && !sequences_.count(seq->id()));
+  seq->status = SequenceStatus::kWaiting;
+  waiting_.push_back(seq.get());
+  sequences_.emplace(seq->id(), std::move(seq));
+}
+
+std::unique_ptr<Sequence> Scheduler::remove(RequestId id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return nullptr;
+  Sequence* seq = it->second.get();
+  std::erase(running_, seq);
+  std::erase(waiting_, seq);
+  kv_.free(id);
+  std::unique_ptr<Sequence> out = std::move(it->second);
+  sequences_.erase(it);
+  return out;
+}
+
+Sequence* Scheduler::find(RequestId id) {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+std::vector<RequestId> Scheduler::ids() const {
+  std::vector<RequestId> out;
+  for (const auto& [id, seq] : sequences_) out.push_back(id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Scheduler::preempt(Sequence* seq, StepPlan& plan) {
+  std::erase(running_, seq);
+  kv_.free(seq->id());
+  seq->num_computed_tokens = 0;
+  seq->status = SequenceStatus::kWaiting;
+  ++seq->num_preemptions;
+  waiting_.push_front(seq);
+  plan.preempted.push_back(seq->id());
+}
+
+void Scheduler::add_chunk(StepPlan& plan, const Sequence& seq, int64_t num_new) const {
+  ScheduledChunk chunk;
+  chunk.id = seq.id();
+  chunk.start_position = static_cast<int32_t>(seq.num_computed_tokens);
+  chunk.token_ids.assign(seq.tokens.begin() + seq.num_computed_tokens,
+                         seq.tokens.begin() + seq.num_computed_tokens + num_new);
+  chunk.block_table = kv_.block_table(seq.id());
+  chunk.sample = seq.num_computed_tokens + num_new == seq.num_tokens();
+  plan.num_tokens += num_new;
+  plan.chunks.push_back(std::move(chunk));
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  int64_t budget = config_.max_num_batched_tokens;
+
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* seq = running_[i];
+    const int64_t later = static_cast<int64_t>(running_.size() - i - 1);
+    const int64_t remaining = seq->num_tokens() - seq->num_computed_tokens;
+    const int64_t n = std::min({remaining, std::max<int64_t>(1, budget - later), budget});
+    bool fits = true;
+    while (!kv_.allocate(seq->id(), seq->num_computed_tokens + n)) {
+      Sequence* victim = running_.back();
+      preempt(victim, plan);
+      if (victim == seq) {
+        fits = false;
+        break;
+      }
+    }
+    if (!fits) break;
+    add_chunk(plan, *seq, n);
+    budget -= n;
+  }
+
+  if (!plan.preempted.empty()) return plan;
+  while (!waiting_.empty() && budget > 0 && num_running() < config_.max_batch_size) {
+    Sequence* seq = waiting_.front();
+    const kv::PrefixMatch match = kv_.match_prefix(seq->tokens);
+    const int64_t n = std::min(seq->num_tokens() - match.num_tokens, budget);
+    if (!kv_.allocate(seq->id(), match.num_tokens + n, &match)) break;
+    seq->num_computed_tokens = match.num_tokens;
+    seq->status = SequenceStatus::kRunning;
+    waiting_.pop_front();
+    running_.push_back(seq);
+    add_chunk(plan, *seq, n);
+    budget -= n;
+  }
+  return plan;
+}
+
+std::vector<SequenceUpdate> Scheduler::update(const StepPlan& plan, const std::vector<SampleResult>& sampled) {
+  std::vector<SequenceUpdate> updates;
+  size_t next = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    Sequence* seq = find(chunk.id);
+    TESSERA_CHECK(seq != nullptr && seq->num_computed_tokens == chunk.start_position);
+    seq->num_computed_tokens += static_cast<int64_t>(chunk.token_ids.size());
+    kv_.commit(seq->id(), seq->tokens, seq->num_computed_tokens);
+    if (!chunk.sample) continue;
+    TESSERA_CHECK(next < sampled.size());
+    SequenceUpdate u{seq->id(), sampled[next++], std::nullopt};
+    seq->tokens.push_back(u.sample.token);
+    u.finish = check_finish(*seq, stop_);
+    if (u.finish) remove(seq->id());
+    updates.push_back(std::move(u));
+  }
+  TESSERA_CHECK(next == sampled.size());
+  return updates;
+}
+
+}  // namespace tessera::engine

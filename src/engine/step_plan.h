@@ -1,0 +1,42 @@
+// StepPlan: what one engine step computes, as plain data (no pointers into the
+// scheduler), so an executor — or, later, every tensor-parallel rank — needs
+// nothing else.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "engine/request.h"
+
+namespace tessera::engine {
+
+// One sequence's share of a step: tokens [start_position, start_position + n).
+struct ScheduledChunk {
+  RequestId id = 0;
+  std::vector<int32_t> token_ids;    // [n] the tokens whose KV this step computes
+  int32_t start_position = 0;        // == the sequence's num_computed_tokens
+  std::vector<int32_t> block_table;  // [ceil((start_position + n) / block_size)] block ids
+  bool sample = false;               // the chunk ends at the last known token: logits wanted
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> chunks;  // running sequences first (admission order), then new ones
+  int64_t num_tokens = 0;              // sum of token_ids sizes <= the token budget
+  std::vector<RequestId> preempted;    // sent back to the waiting queue while planning
+
+  bool empty() const { return chunks.empty(); }
+  int64_t num_sampling() const {
+    int64_t n = 0;
+    for (const auto& c : chunks) n += c.sample ? 1 : 0;
+    return n;
+  }
+};
+
+// The executor's answer. `logits` has one row per chunk with `sample`, in plan
+// order; it may be undefined when no chunk samples.
+struct StepOutput {
+  Tensor logits;  // [plan.num_sampling(), vocab] host f32
+};
+
+}  // namespace tessera::engine

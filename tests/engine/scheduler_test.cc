@@ -1,0 +1,170 @@
+// Scheduler: chunked prefill under the token budget, decodes never starved,
+// first come first served under max_batch_size, preemption by recompute
+// (newest first), and prefix-cache hits skipping computed blocks.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "engine/scheduler.h"
+
+namespace tessera::engine {
+namespace {
+
+std::vector<int32_t> ids(int32_t first, int64_t count) {
+  std::vector<int32_t> t(count);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void make(int64_t num_blocks, int64_t block_size, int64_t max_batch, int64_t budget, bool prefix = false) {
+    kv_ = std::make_unique<kv::KvCacheManager>(num_blocks, block_size, prefix);
+    scheduler_ = std::make_unique<Scheduler>(SchedulerConfig{max_batch, budget}, StopConfig{{}, 1 << 20}, *kv_);
+  }
+  RequestId add(std::vector<int32_t> prompt, int64_t max_tokens = 100) {
+    Request r;
+    r.id = next_++;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    scheduler_->add(std::make_unique<Sequence>(r));
+    return r.id;
+  }
+  // Runs one step with token 7 sampled for every sampling chunk.
+  StepPlan step() {
+    StepPlan plan = scheduler_->schedule();
+    std::vector<SampleResult> sampled(plan.num_sampling(), SampleResult{7});
+    scheduler_->update(plan, sampled);
+    return plan;
+  }
+  const ScheduledChunk* chunk_of(const StepPlan& plan, RequestId id) {
+    for (const auto& c : plan.chunks) {
+      if (c.id == id) return &c;
+    }
+    return nullptr;
+  }
+
+  std::unique_ptr<kv::KvCacheManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  RequestId next_ = 1;
+};
+
+TEST_F(SchedulerTest, LongPromptIsPrefilledInChunksUnderTheBudget) {
+  make(16, 4, 8, 8);
+  RequestId a = add(ids(0, 20));
+  StepPlan p1 = step(), p2 = step(), p3 = step(), p4 = step();
+  EXPECT_EQ(p1.num_tokens, 8);
+  EXPECT_FALSE(p1.chunks[0].sample);
+  EXPECT_EQ(p2.chunks[0].start_position, 8);
+  EXPECT_EQ(p3.chunks[0].start_position, 16);
+  EXPECT_EQ(p3.chunks[0].token_ids.size(), 4u);
+  EXPECT_TRUE(p3.chunks[0].sample);  // the chunk reaching the last prompt token samples
+  EXPECT_EQ(p4.chunks[0].token_ids, std::vector<int32_t>{7});  // then one decode token
+  EXPECT_EQ(p4.chunks[0].start_position, 20);
+  EXPECT_EQ(p4.chunks[0].block_table.size(), 6u);  // positions 0..20 in 4-token blocks
+  EXPECT_EQ(scheduler_->find(a)->num_computed_tokens, 21);
+}
+
+TEST_F(SchedulerTest, RunningDecodesAreNeverStarvedByALongPrompt) {
+  make(64, 4, 8, 8);
+  RequestId a = add(ids(0, 3));
+  step();  // a prefilled, decoding from now on
+  RequestId b = add(ids(100, 40));
+  RequestId c = add(ids(200, 2));
+  bool c_admitted_before_b_prefilled = false;
+  for (int i = 0; i < 8; ++i) {
+    StepPlan p = step();
+    EXPECT_LE(p.num_tokens, 8);
+    ASSERT_NE(chunk_of(p, a), nullptr) << "step " << i;
+    EXPECT_EQ(chunk_of(p, a)->token_ids.size(), 1u);
+    // First come, first served: c waits until b's prompt is computed.
+    if (chunk_of(p, c) && scheduler_->find(b)->num_computed_tokens < 40) c_admitted_before_b_prefilled = true;
+  }
+  EXPECT_FALSE(c_admitted_before_b_prefilled);
+  EXPECT_GE(scheduler_->find(b)->num_computed_tokens, 40);
+  EXPECT_GT(scheduler_->find(c)->num_computed_tokens, 0);
+}
+
+TEST_F(SchedulerTest, AdmitsFirstComeFirstServedUpToTheBatchSize) {
+  make(64, 4, 2, 64);
+  RequestId a = add(ids(0, 4)), b = add(ids(10, 4)), c = add(ids(20, 4));
+  StepPlan p = step();
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.chunks[0].id, a);
+  EXPECT_EQ(p.chunks[1].id, b);
+  EXPECT_EQ(scheduler_->num_waiting(), 1);
+  scheduler_->remove(a);
+  p = step();
+  EXPECT_NE(chunk_of(p, c), nullptr);
+}
+
+TEST_F(SchedulerTest, NoOvertakingWhenTheHeadDoesNotFit) {
+  make(4, 4, 8, 64);
+  add(ids(0, 9));                   // 3 blocks
+  RequestId big = add(ids(50, 9));  // 3 more: does not fit
+  RequestId small = add(ids(90, 2));  // would fit, but must wait behind `big`
+  StepPlan p = step();
+  EXPECT_EQ(p.chunks.size(), 1u);
+  EXPECT_EQ(chunk_of(p, big), nullptr);
+  EXPECT_EQ(chunk_of(p, small), nullptr);
+}
+
+TEST_F(SchedulerTest, OutOfBlocksPreemptsTheNewestAndRecomputesItLater) {
+  make(4, 4, 8, 64);
+  RequestId a = add(ids(0, 7));   // 2 blocks
+  RequestId b = add(ids(20, 7));  // 2 blocks: the pool is full
+  step();                         // both prefilled: 8 tokens each (7 + the sampled one)
+  step();                         // position 7 still in block 1: 9 tokens each
+  EXPECT_EQ(kv_->stats().free_blocks, 0);
+  // Position 8 needs a third block for each: a gets it by preempting b.
+  StepPlan p = step();
+  EXPECT_EQ(p.preempted, std::vector<RequestId>{b});
+  ASSERT_EQ(p.chunks.size(), 1u);
+  EXPECT_EQ(p.chunks[0].id, a);
+  const Sequence* sb = scheduler_->find(b);
+  EXPECT_EQ(sb->num_computed_tokens, 0);
+  EXPECT_EQ(sb->num_tokens(), 9);  // its sampled tokens are kept
+  EXPECT_EQ(scheduler_->num_waiting(), 1);
+  EXPECT_FALSE(kv_->contains(b));
+  // Once a finishes, b recomputes prompt and output in one chunk and samples.
+  scheduler_->remove(a);
+  p = step();
+  ASSERT_EQ(p.chunks.size(), 1u);
+  EXPECT_EQ(p.chunks[0].id, b);
+  EXPECT_EQ(p.chunks[0].start_position, 0);
+  EXPECT_EQ(p.chunks[0].token_ids.size(), 9u);
+  EXPECT_TRUE(p.chunks[0].sample);
+}
+
+TEST_F(SchedulerTest, APrefixHitStartsAfterTheCachedBlocks) {
+  make(16, 4, 8, 64, /*prefix=*/true);
+  auto prompt = ids(0, 10);
+  add(prompt);
+  step();
+  auto second = prompt;
+  second.push_back(99);
+  RequestId b = add(second);
+  StepPlan p = step();
+  const ScheduledChunk* cb = chunk_of(p, b);
+  ASSERT_NE(cb, nullptr);
+  EXPECT_EQ(cb->start_position, 8);  // two full blocks shared
+  EXPECT_EQ(cb->token_ids.size(), 3u);
+  EXPECT_EQ(kv_->stats().prefix_hit_tokens, 8);
+}
+
+TEST_F(SchedulerTest, FinishedSequencesLeaveAndFreeTheirBlocks) {
+  make(8, 4, 8, 64);
+  RequestId a = add(ids(0, 3), /*max_tokens=*/2);
+  step();
+  EXPECT_NE(scheduler_->find(a), nullptr);
+  StepPlan p = scheduler_->schedule();
+  auto updates = scheduler_->update(p, {SampleResult{7}});
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_EQ(updates[0].finish, FinishReason::kLength);
+  EXPECT_EQ(scheduler_->find(a), nullptr);
+  EXPECT_EQ(kv_->stats().used_blocks, 0);
+  EXPECT_TRUE(scheduler_->empty());
+}
+
+}  // namespace
+}  // namespace tessera::engine
