@@ -1,0 +1,112 @@
+#include "engine/memory_plan.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tessera::engine {
+namespace {
+
+constexpr const char* kFlagsHint =
+    "lower --max-batch-size (a smaller workspace), raise --cache-max-entry-count (a larger share, or a block "
+    "count), or lower --session-len; or use a smaller model";
+
+std::string gib(size_t bytes) { return fmt::format("{:.3f} GiB", static_cast<double>(bytes) / (1ull << 30)); }
+
+}  // namespace
+
+MemoryPlan plan_memory(const MemoryPlanInput& in) {
+  TESSERA_CHECK(in.block_bytes > 0 && in.block_size > 0);
+  if (!(in.cache_max_entry_count > 0.0)) {
+    throw Error(ErrorKind::kInvalidArgument, "--cache-max-entry-count must be positive", kFlagsHint);
+  }
+  const size_t used = in.weight_bytes + in.workspace_bytes;
+  const size_t left = in.memory_budget > used ? in.memory_budget - used : 0;
+  MemoryPlan plan;
+  if (in.cache_max_entry_count < 1.0) {
+    plan.num_blocks = static_cast<int64_t>(in.cache_max_entry_count * static_cast<double>(left) /
+                                           static_cast<double>(in.block_bytes));
+  } else {
+    plan.num_blocks = static_cast<int64_t>(in.cache_max_entry_count);
+    if (static_cast<size_t>(plan.num_blocks) * in.block_bytes > left) {
+      throw Error(ErrorKind::kOutOfMemory,
+                  fmt::format("{} KV blocks need {}, but only {} of the {} budget is left after weights ({}) and "
+                              "workspace ({})",
+                              plan.num_blocks, gib(plan.num_blocks * in.block_bytes), gib(left),
+                              gib(in.memory_budget), gib(in.weight_bytes), gib(in.workspace_bytes)),
+                  "lower --cache-max-entry-count (a block count when >= 1, a fraction of free memory when < 1)");
+    }
+  }
+  if (plan.num_blocks < 1) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("not one KV block ({}) fits: budget {}, weights {}, workspace {}, left {}, "
+                            "cache_max_entry_count {}",
+                            gib(in.block_bytes), gib(in.memory_budget), gib(in.weight_bytes), gib(in.workspace_bytes),
+                            gib(left), in.cache_max_entry_count),
+                kFlagsHint);
+  }
+  plan.kv_bytes = static_cast<size_t>(plan.num_blocks) * in.block_bytes;
+  plan.tokens_that_fit = plan.num_blocks * in.block_size;
+  plan.session_len = in.session_len;
+  if (plan.session_len <= 0 || plan.session_len > plan.tokens_that_fit) {
+    if (plan.session_len > plan.tokens_that_fit) {
+      log_warning("--session-len {} does not fit the KV cache ({} tokens); truncated to {}", in.session_len,
+                  plan.tokens_that_fit, plan.tokens_that_fit);
+      plan.session_len_truncated = true;
+    }
+    plan.session_len = plan.tokens_that_fit;
+  }
+  std::ostringstream t;
+  t << fmt::format("memory plan (budget {}):\n", gib(in.memory_budget));
+  t << fmt::format("  {:<28} {:>14}\n", "weights", gib(in.weight_bytes));
+  t << fmt::format("  {:<28} {:>14}\n", "workspace (largest step)", gib(in.workspace_bytes));
+  t << fmt::format("  {:<28} {:>14}   {} blocks x {} tokens, {} per block\n", "KV cache", gib(plan.kv_bytes),
+                   plan.num_blocks, in.block_size, gib(in.block_bytes));
+  t << fmt::format("  {:<28} {:>14}\n", "tokens that fit", plan.tokens_that_fit);
+  t << fmt::format("  {:<28} {:>14}{}\n", "session length", plan.session_len,
+                   plan.session_len_truncated ? "   (truncated)" : "");
+  t << fmt::format("  {:<28} {:>14}", "full sessions at once", plan.tokens_that_fit / plan.session_len);
+  plan.table = t.str();
+  log_info("{}", plan.table);
+  return plan;
+}
+
+size_t weight_bytes(const model::ModelSpec& s, DType dtype) {
+  int64_t per_layer = 2 * s.hidden_size + s.qkv_size() * s.hidden_size + (s.qkv_bias ? s.qkv_size() : 0) +
+                      s.hidden_size * s.q_size() + 3 * s.intermediate_size * s.hidden_size;
+  int64_t total = s.num_layers * per_layer + s.vocab_size * s.hidden_size + s.hidden_size;
+  if (!s.tie_word_embeddings) total += s.vocab_size * s.hidden_size;
+  return dtype_bytes(dtype, static_cast<size_t>(total));
+}
+
+size_t kv_block_bytes(const model::ModelSpec& s, DType dtype, int64_t block_size) {
+  return dtype_bytes(dtype, static_cast<size_t>(2 * s.num_layers * s.num_kv_heads * block_size * s.head_dim));
+}
+
+size_t workspace_bytes(const model::ModelSpec& s, DType dtype, int64_t max_step_tokens, int64_t max_batch_size) {
+  // The forward's live activations per token: residual, normed, qkv, attention
+  // out, o out, gate_up, silu·mul; plus the logits rows and their host copy.
+  const int64_t per_token = 4 * s.hidden_size + s.qkv_size() + s.q_size() + 3 * s.intermediate_size;
+  return dtype_bytes(dtype, static_cast<size_t>(max_step_tokens * per_token)) +
+         2 * sizeof(float) * static_cast<size_t>(max_batch_size * s.vocab_size);
+}
+
+size_t host_available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
+
+}  // namespace tessera::engine

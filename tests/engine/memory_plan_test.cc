@@ -1,0 +1,94 @@
+// The start-up memory plan against hand-computed sizes.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "engine/memory_plan.h"
+
+namespace tessera::engine {
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+
+MemoryPlanInput input() {
+  MemoryPlanInput in;
+  in.memory_budget = 1000 * kMiB;
+  in.weight_bytes = 500 * kMiB;
+  in.workspace_bytes = 100 * kMiB;
+  in.block_bytes = 4 * kMiB;
+  in.block_size = 64;
+  in.cache_max_entry_count = 0.5;
+  in.session_len = 2048;
+  in.max_batch_size = 8;
+  return in;
+}
+
+TEST(MemoryPlan, AFractionOfWhatIsLeftBecomesBlocks) {
+  MemoryPlan plan = plan_memory(input());
+  // (1000 - 500 - 100) * 0.5 / 4 = 50 blocks = 3200 tokens.
+  EXPECT_EQ(plan.num_blocks, 50);
+  EXPECT_EQ(plan.tokens_that_fit, 3200);
+  EXPECT_EQ(plan.session_len, 2048);
+  EXPECT_FALSE(plan.session_len_truncated);
+  EXPECT_EQ(plan.kv_bytes, 200 * kMiB);
+  EXPECT_NE(plan.table.find("KV cache"), std::string::npos);
+  EXPECT_NE(plan.table.find("3200"), std::string::npos);
+}
+
+TEST(MemoryPlan, ACountOfOneOrMoreIsABlockCount) {
+  MemoryPlanInput in = input();
+  in.cache_max_entry_count = 10;
+  EXPECT_EQ(plan_memory(in).num_blocks, 10);
+  in.cache_max_entry_count = 101;  // 404 MiB > 400 MiB left
+  try {
+    plan_memory(in);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory);
+  }
+}
+
+TEST(MemoryPlan, ASessionThatDoesNotFitIsTruncated) {
+  MemoryPlanInput in = input();
+  in.session_len = 10000;
+  MemoryPlan plan = plan_memory(in);
+  EXPECT_TRUE(plan.session_len_truncated);
+  EXPECT_EQ(plan.session_len, 3200);
+  in.session_len = 0;  // unset: whatever fits
+  EXPECT_EQ(plan_memory(in).session_len, 3200);
+}
+
+TEST(MemoryPlan, NotOneBlockIsAnErrorNamingTheFlags) {
+  MemoryPlanInput in = input();
+  in.weight_bytes = 990 * kMiB;
+  try {
+    plan_memory(in);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    for (const char* flag : {"--cache-max-entry-count", "--session-len", "--max-batch-size"}) {
+      EXPECT_NE(e.hint().find(flag), std::string::npos) << flag;
+    }
+  }
+}
+
+TEST(MemoryPlan, SizesFromTheModelShape) {
+  model::ModelSpec s;
+  s.hidden_size = 8;
+  s.num_layers = 2;
+  s.num_heads = 2;
+  s.num_kv_heads = 1;
+  s.head_dim = 4;
+  s.intermediate_size = 16;
+  s.vocab_size = 10;
+  // Per layer: norms 2*8, qkv (8+4+4)*8, o 8*8, gate_up+down 3*16*8 = 16+128+64+384 = 592;
+  // 2 layers + embed 80 + final norm 8 + lm_head 80 = 1352 floats.
+  EXPECT_EQ(weight_bytes(s, DType::kF32), 1352u * 4);
+  s.tie_word_embeddings = true;
+  EXPECT_EQ(weight_bytes(s, DType::kF32), 1272u * 4);
+  // Keys and values, 2 layers, 1 kv head, 16 tokens, head_dim 4, bf16.
+  EXPECT_EQ(kv_block_bytes(s, DType::kBF16, 16), 2u * 2 * 1 * 16 * 4 * 2);
+  EXPECT_GT(host_available_memory(), 0u);
+}
+
+}  // namespace
+}  // namespace tessera::engine
