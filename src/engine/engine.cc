@@ -132,7 +132,7 @@ bool Engine::take_inbox() {
 void Engine::step() {
   StepPlan plan = scheduler_.schedule();
   stalled_ = plan.empty();
-  if (plan.empty()) return publish_stats(plan, 0);
+  if (plan.empty()) return publish_stats(plan, {});
   std::vector<SequenceUpdate> updates;
   try {
     StepOutput output = executor_->execute(plan);
@@ -142,8 +142,8 @@ void Engine::step() {
   } catch (const std::exception& e) {
     fail_step(plan, ErrorKind::kInternal, describe(e));
   }
+  publish_stats(plan, updates);  // first, so a client that saw its last event sees it counted
   emit(updates);
-  publish_stats(plan, static_cast<int64_t>(updates.size()));
 }
 
 void Engine::emit(const std::vector<SequenceUpdate>& updates) {
@@ -156,11 +156,7 @@ void Engine::emit(const std::vector<SequenceUpdate>& updates) {
     event.top_logprobs = u.sample.top_logprobs;
     event.finish = u.finish;
     it->second->push(std::move(event));
-    if (u.finish) {
-      streams_.erase(it);
-      std::lock_guard lock(mutex_);
-      ++stats_.finished_requests;
-    }
+    if (u.finish) streams_.erase(it);
   }
 }
 
@@ -171,11 +167,16 @@ void Engine::finish(RequestId id, FinishReason reason, std::string error, std::o
   last.finish = reason;
   last.error = std::move(error);
   last.error_kind = kind;
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.finished_requests;
+    if (reason == FinishReason::kError) ++stats_.failed_requests;
+    stats_.running = scheduler_.num_running();
+    stats_.waiting = scheduler_.num_waiting();
+    stats_.kv = kv_.stats();
+  }
   it->second->push(std::move(last));
   streams_.erase(it);
-  std::lock_guard lock(mutex_);
-  ++stats_.finished_requests;
-  if (reason == FinishReason::kError) ++stats_.failed_requests;
 }
 
 void Engine::fail_step(const StepPlan& plan, ErrorKind kind, const std::string& message) {
@@ -204,10 +205,12 @@ void Engine::end_all(FinishReason reason, const std::string& error, std::optiona
   for (RequestId id : ids) finish(id, reason, error, kind);
 }
 
-void Engine::publish_stats(const StepPlan& plan, int64_t sampled) {
+void Engine::publish_stats(const StepPlan& plan, const std::vector<SequenceUpdate>& updates) {
   const auto now = Clock::now();
+  const int64_t sampled = static_cast<int64_t>(updates.size());
   std::lock_guard lock(mutex_);
   EngineStats& s = stats_;
+  for (const SequenceUpdate& u : updates) s.finished_requests += u.finish ? 1 : 0;
   s.running = scheduler_.num_running();
   s.waiting = scheduler_.num_waiting();
   s.kv = kv_.stats();

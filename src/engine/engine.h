@@ -64,7 +64,7 @@ class Engine {
   void finish(RequestId id, FinishReason reason, std::string error = {}, std::optional<ErrorKind> kind = {});
   void fail_step(const StepPlan& plan, ErrorKind kind, const std::string& message);
   void end_all(FinishReason reason, const std::string& error, std::optional<ErrorKind> kind);
-  void publish_stats(const StepPlan& plan, int64_t sampled);
+  void publish_stats(const StepPlan& plan, const std::vector<SequenceUpdate>& updates);
 
   EngineConfig config_;
   std::unique_ptr<Executor> executor_;

@@ -16,7 +16,7 @@
 namespace tessera::engine {
 namespace {
 
-class EngineEndToEnd : public ::testing::Test {
+class engineEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
@@ -87,12 +87,12 @@ class EngineEndToEnd : public ::testing::Test {
   EngineStats stats_;
 };
 
-TEST_F(EngineEndToEnd, GreedyBatchedEqualsAlone) {
+TEST_F(engineEndToEnd, GreedyBatchedEqualsAlone) {
   expect_batched_equals_alone({SamplingParams{}}, 128);
   EXPECT_GT(stats_.kv.prefix_hit_tokens, 0);
 }
 
-TEST_F(EngineEndToEnd, SeededSamplingBatchedEqualsAlone) {
+TEST_F(engineEndToEnd, SeededSamplingBatchedEqualsAlone) {
   std::vector<SamplingParams> sampling;
   for (uint64_t seed : {1, 2, 3}) {
     SamplingParams p{0.9f, seed};
@@ -105,7 +105,7 @@ TEST_F(EngineEndToEnd, SeededSamplingBatchedEqualsAlone) {
   expect_batched_equals_alone(sampling, 128);
 }
 
-TEST_F(EngineEndToEnd, PreemptedRequestsStillEqualAlone) {
+TEST_F(engineEndToEnd, PreemptedRequestsStillEqualAlone) {
   // 16 blocks of 4 tokens: the 7 requests (up to 42 tokens each) cannot all hold their blocks.
   expect_batched_equals_alone({SamplingParams{}, SamplingParams{0.8f, 5}}, 16);
   EXPECT_GT(stats_.preemptions, 0);

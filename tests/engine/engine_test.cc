@@ -54,7 +54,7 @@ Request request(std::vector<int32_t> prompt, int64_t max_tokens) {
   return r;
 }
 
-TEST(Engine, CountsUpToMaxTokensThenFinishesWithLength) {
+TEST(engineLoop, CountsUpToMaxTokensThenFinishesWithLength) {
   auto fake = std::make_unique<FakeExecutor>();
   Engine engine(small_config(), std::move(fake));
   auto s = engine.submit(request({5, 6}, 4));
@@ -63,7 +63,7 @@ TEST(Engine, CountsUpToMaxTokensThenFinishesWithLength) {
   EXPECT_EQ(c.last.finish, FinishReason::kLength);
 }
 
-TEST(Engine, StopIdsAndEosStopAndIgnoreEosDoesNot) {
+TEST(engineLoop, StopIdsAndEosStopAndIgnoreEosDoesNot) {
   Engine engine(small_config(), std::make_unique<FakeExecutor>());
   Request stop = request({5}, 10);
   stop.stop_ids = {8};
@@ -82,7 +82,7 @@ TEST(Engine, StopIdsAndEosStopAndIgnoreEosDoesNot) {
   EXPECT_EQ(c.last.finish, FinishReason::kLength);
 }
 
-TEST(Engine, MinTokensMasksEosAndStopIdsUntilReached) {
+TEST(engineLoop, MinTokensMasksEosAndStopIdsUntilReached) {
   Engine engine(small_config(), std::make_unique<FakeExecutor>());
   Request r = request({1}, 10);  // the fake wants eos (2) first
   r.min_tokens = 2;
@@ -98,7 +98,7 @@ TEST(Engine, MinTokensMasksEosAndStopIdsUntilReached) {
   EXPECT_EQ(c.last.finish, FinishReason::kStop);
 }
 
-TEST(Engine, SessionLengthEndsTheSequenceWithLength) {
+TEST(engineLoop, SessionLengthEndsTheSequenceWithLength) {
   EngineConfig config = small_config();
   config.session_len = 6;
   Engine engine(config, std::make_unique<FakeExecutor>());
@@ -108,7 +108,7 @@ TEST(Engine, SessionLengthEndsTheSequenceWithLength) {
   EXPECT_THROW(engine.submit(request({1, 2, 3, 4, 5, 6}, 1)), Error);  // a prompt that fills the session
 }
 
-TEST(Engine, LogprobsTravelWithTheTokens) {
+TEST(engineLoop, LogprobsTravelWithTheTokens) {
   Engine engine(small_config(), std::make_unique<FakeExecutor>());
   Request r = request({3}, 1);
   r.logprobs = true;
@@ -121,7 +121,7 @@ TEST(Engine, LogprobsTravelWithTheTokens) {
   EXPECT_EQ(c.events[0].top_logprobs[1].token, 5);
 }
 
-TEST(Engine, ManyRequestsAtOnceEachGetTheirOwnTokens) {
+TEST(engineLoop, ManyRequestsAtOnceEachGetTheirOwnTokens) {
   EngineConfig config = small_config();
   config.num_blocks = 24;  // not all 20 fit at once: preemption and queuing happen
   config.session_len = 24;
@@ -153,7 +153,7 @@ TEST(Engine, ManyRequestsAtOnceEachGetTheirOwnTokens) {
   }
 }
 
-TEST(Engine, AbortEndsARequestAndFreesItsBlocks) {
+TEST(engineLoop, AbortEndsARequestAndFreesItsBlocks) {
   auto fake = std::make_unique<FakeExecutor>();
   fake->before_step = [](const StepPlan&) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
   Engine engine(small_config(), std::move(fake));
@@ -171,7 +171,7 @@ TEST(Engine, AbortEndsARequestAndFreesItsBlocks) {
   EXPECT_EQ(engine.stats().running, 0);
 }
 
-TEST(Engine, AFailedStepFailsItsRequestsAndTheLoopGoesOn) {
+TEST(engineLoop, AFailedStepFailsItsRequestsAndTheLoopGoesOn) {
   auto fake = std::make_unique<FakeExecutor>();
   // Any step that carries prompt token 13 throws.
   fake->before_step = [](const StepPlan& plan) {
@@ -191,7 +191,7 @@ TEST(Engine, AFailedStepFailsItsRequestsAndTheLoopGoesOn) {
   EXPECT_EQ(engine.stats().kv.used_blocks, 0);
 }
 
-TEST(Engine, ADeviceFailureEndsEverythingAndMarksTheEngineUnhealthy) {
+TEST(engineLoop, ADeviceFailureEndsEverythingAndMarksTheEngineUnhealthy) {
   auto fake = std::make_unique<FakeExecutor>();
   std::atomic<bool> fail{false};
   fake->before_step = [&](const StepPlan&) {
@@ -219,7 +219,7 @@ TEST(Engine, ADeviceFailureEndsEverythingAndMarksTheEngineUnhealthy) {
   EXPECT_EQ(late.last.error_kind, ErrorKind::kDeviceFailure);
 }
 
-TEST(Engine, DestructionAbortsWhatIsInFlight) {
+TEST(engineLoop, DestructionAbortsWhatIsInFlight) {
   std::shared_ptr<RequestStream> s;
   {
     auto fake = std::make_unique<FakeExecutor>();
@@ -234,7 +234,7 @@ TEST(Engine, DestructionAbortsWhatIsInFlight) {
   EXPECT_EQ(c.last.finish, FinishReason::kAbort);
 }
 
-TEST(Engine, InvalidConfigAndRequestsAreRefused) {
+TEST(engineLoop, InvalidConfigAndRequestsAreRefused) {
   EngineConfig config = small_config();
   config.session_len = 1000;  // more than 64 blocks x 4 tokens
   EXPECT_THROW(Engine(config, std::make_unique<FakeExecutor>()), Error);

@@ -22,7 +22,7 @@ MemoryPlanInput input() {
   return in;
 }
 
-TEST(MemoryPlan, AFractionOfWhatIsLeftBecomesBlocks) {
+TEST(engineMemoryPlan, AFractionOfWhatIsLeftBecomesBlocks) {
   MemoryPlan plan = plan_memory(input());
   // (1000 - 500 - 100) * 0.5 / 4 = 50 blocks = 3200 tokens.
   EXPECT_EQ(plan.num_blocks, 50);
@@ -34,7 +34,7 @@ TEST(MemoryPlan, AFractionOfWhatIsLeftBecomesBlocks) {
   EXPECT_NE(plan.table.find("3200"), std::string::npos);
 }
 
-TEST(MemoryPlan, ACountOfOneOrMoreIsABlockCount) {
+TEST(engineMemoryPlan, ACountOfOneOrMoreIsABlockCount) {
   MemoryPlanInput in = input();
   in.cache_max_entry_count = 10;
   EXPECT_EQ(plan_memory(in).num_blocks, 10);
@@ -47,7 +47,7 @@ TEST(MemoryPlan, ACountOfOneOrMoreIsABlockCount) {
   }
 }
 
-TEST(MemoryPlan, ASessionThatDoesNotFitIsTruncated) {
+TEST(engineMemoryPlan, ASessionThatDoesNotFitIsTruncated) {
   MemoryPlanInput in = input();
   in.session_len = 10000;
   MemoryPlan plan = plan_memory(in);
@@ -57,7 +57,7 @@ TEST(MemoryPlan, ASessionThatDoesNotFitIsTruncated) {
   EXPECT_EQ(plan_memory(in).session_len, 3200);
 }
 
-TEST(MemoryPlan, NotOneBlockIsAnErrorNamingTheFlags) {
+TEST(engineMemoryPlan, NotOneBlockIsAnErrorNamingTheFlags) {
   MemoryPlanInput in = input();
   in.weight_bytes = 990 * kMiB;
   try {
@@ -71,7 +71,7 @@ TEST(MemoryPlan, NotOneBlockIsAnErrorNamingTheFlags) {
   }
 }
 
-TEST(MemoryPlan, SizesFromTheModelShape) {
+TEST(engineMemoryPlan, SizesFromTheModelShape) {
   model::ModelSpec s;
   s.hidden_size = 8;
   s.num_layers = 2;

@@ -22,13 +22,13 @@ std::map<int32_t, int> histogram(Sampler& s, const std::vector<float>& logits, i
   return h;
 }
 
-TEST(Sampler, GreedyTakesTheLowestIdOnATie) {
+TEST(engineSampler, GreedyTakesTheLowestIdOnATie) {
   Sampler s({});
   const std::vector<float> x = {0.5f, 2.0f, 2.0f, -1.0f};
   EXPECT_EQ(s.sample(x.data(), 4), 1);
 }
 
-TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeOverPromptAndOutput) {
+TEST(engineSampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeOverPromptAndOutput) {
   SamplingParams p;
   p.repetition_penalty = 2.0f;
   std::vector<float> x = {2.0f, -2.0f, 1.0f, 0.5f};
@@ -41,7 +41,7 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeOverPromptAnd
   EXPECT_EQ(s.sample(raw, {prompt, output, {}}).token, 0);
 }
 
-TEST(Sampler, PresenceAndFrequencyPenaltiesCountOutputOnly) {
+TEST(engineSampler, PresenceAndFrequencyPenaltiesCountOutputOnly) {
   SamplingParams p;
   p.presence_penalty = 0.5f;
   p.frequency_penalty = 0.25f;
@@ -54,14 +54,14 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesCountOutputOnly) {
   EXPECT_FLOAT_EQ(x[3], 1.0f - 0.5f - 0.25f);
 }
 
-TEST(Sampler, MaskedIdsAreNeverChosen) {
+TEST(engineSampler, MaskedIdsAreNeverChosen) {
   Sampler s({});
   const std::vector<float> x = {0.0f, 5.0f, 4.0f};
   const std::vector<int32_t> masked = {1};
   EXPECT_EQ(s.sample(x, {{}, {}, masked}).token, 2);
 }
 
-TEST(Sampler, TemperatureSamplesTheSoftmax) {
+TEST(engineSampler, TemperatureSamplesTheSoftmax) {
   // p = [0.5, 0.3, 0.2]; at T = 0.5 the weights are p^2 = [0.25, 0.09, 0.04] / 0.38.
   const auto x = log_probs({0.5, 0.3, 0.2});
   Sampler one({1.0f, 11});
@@ -74,7 +74,7 @@ TEST(Sampler, TemperatureSamplesTheSoftmax) {
   EXPECT_NEAR(h2[2] / 40000.0, 0.04 / 0.38, 0.01);
 }
 
-TEST(Sampler, TopKKeepsTheKLikeliest) {
+TEST(engineSampler, TopKKeepsTheKLikeliest) {
   const auto x = log_probs({0.1, 0.4, 0.3, 0.2});
   SamplingParams p{1.0f, 3};
   p.top_k = 2;
@@ -84,7 +84,7 @@ TEST(Sampler, TopKKeepsTheKLikeliest) {
   EXPECT_NEAR(h[1] / 20000.0, 0.4 / 0.7, 0.015);
 }
 
-TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
+TEST(engineSampler, TopPKeepsTheSmallestSetReachingP) {
   const auto x = log_probs({0.5, 0.3, 0.2});
   SamplingParams p{1.0f, 5};
   p.top_p = 0.6f;  // 0.5 < 0.6 <= 0.8: tokens 0 and 1
@@ -97,7 +97,7 @@ TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
   EXPECT_EQ(histogram(only, x, 2000)[0], 2000);
 }
 
-TEST(Sampler, MinPDropsTokensBelowAFractionOfTheLikeliest) {
+TEST(engineSampler, MinPDropsTokensBelowAFractionOfTheLikeliest) {
   const auto x = log_probs({0.5, 0.3, 0.2});
   SamplingParams p{1.0f, 9};
   p.min_p = 0.5f;  // threshold 0.25: tokens 0 and 1
@@ -110,7 +110,7 @@ TEST(Sampler, MinPDropsTokensBelowAFractionOfTheLikeliest) {
   EXPECT_EQ(histogram(only, x, 2000)[0], 2000);
 }
 
-TEST(Sampler, TheSameSeedGivesTheSameTokens) {
+TEST(engineSampler, TheSameSeedGivesTheSameTokens) {
   const auto x = log_probs({0.25, 0.25, 0.25, 0.25});
   Sampler a({1.0f, 42}), b({1.0f, 42}), c({1.0f, 43});
   std::vector<int32_t> ta, tb, tc;
@@ -123,7 +123,7 @@ TEST(Sampler, TheSameSeedGivesTheSameTokens) {
   EXPECT_NE(ta, tc);
 }
 
-TEST(Sampler, LogprobsAreTheLogSoftmaxOfTheProcessedLogits) {
+TEST(engineSampler, LogprobsAreTheLogSoftmaxOfTheProcessedLogits) {
   const std::vector<float> x = {1.0f, 2.0f, 3.0f};
   const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
   SampleInputs in;
@@ -150,7 +150,7 @@ TEST(Sampler, LogprobsAreTheLogSoftmaxOfTheProcessedLogits) {
   EXPECT_NEAR(r.top_logprobs[1].logprob, 1.0 - lse2, 1e-6);
 }
 
-TEST(Sampler, ValidateRefusesOutOfRangeValues) {
+TEST(engineSampler, ValidateRefusesOutOfRangeValues) {
   SamplingParams p;
   p.top_p = 0.0f;
   EXPECT_THROW(validate(p), Error);

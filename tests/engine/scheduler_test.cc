@@ -16,7 +16,7 @@ std::vector<int32_t> ids(int32_t first, int64_t count) {
   return t;
 }
 
-class SchedulerTest : public ::testing::Test {
+class engineScheduler : public ::testing::Test {
  protected:
   void make(int64_t num_blocks, int64_t block_size, int64_t max_batch, int64_t budget, bool prefix = false) {
     kv_ = std::make_unique<kv::KvCacheManager>(num_blocks, block_size, prefix);
@@ -49,7 +49,7 @@ class SchedulerTest : public ::testing::Test {
   RequestId next_ = 1;
 };
 
-TEST_F(SchedulerTest, LongPromptIsPrefilledInChunksUnderTheBudget) {
+TEST_F(engineScheduler, LongPromptIsPrefilledInChunksUnderTheBudget) {
   make(16, 4, 8, 8);
   RequestId a = add(ids(0, 20));
   StepPlan p1 = step(), p2 = step(), p3 = step(), p4 = step();
@@ -65,7 +65,7 @@ TEST_F(SchedulerTest, LongPromptIsPrefilledInChunksUnderTheBudget) {
   EXPECT_EQ(scheduler_->find(a)->num_computed_tokens, 21);
 }
 
-TEST_F(SchedulerTest, RunningDecodesAreNeverStarvedByALongPrompt) {
+TEST_F(engineScheduler, RunningDecodesAreNeverStarvedByALongPrompt) {
   make(64, 4, 8, 8);
   RequestId a = add(ids(0, 3));
   step();  // a prefilled, decoding from now on
@@ -85,7 +85,7 @@ TEST_F(SchedulerTest, RunningDecodesAreNeverStarvedByALongPrompt) {
   EXPECT_GT(scheduler_->find(c)->num_computed_tokens, 0);
 }
 
-TEST_F(SchedulerTest, AdmitsFirstComeFirstServedUpToTheBatchSize) {
+TEST_F(engineScheduler, AdmitsFirstComeFirstServedUpToTheBatchSize) {
   make(64, 4, 2, 64);
   RequestId a = add(ids(0, 4)), b = add(ids(10, 4)), c = add(ids(20, 4));
   StepPlan p = step();
@@ -98,7 +98,7 @@ TEST_F(SchedulerTest, AdmitsFirstComeFirstServedUpToTheBatchSize) {
   EXPECT_NE(chunk_of(p, c), nullptr);
 }
 
-TEST_F(SchedulerTest, NoOvertakingWhenTheHeadDoesNotFit) {
+TEST_F(engineScheduler, NoOvertakingWhenTheHeadDoesNotFit) {
   make(4, 4, 8, 64);
   add(ids(0, 9));                   // 3 blocks
   RequestId big = add(ids(50, 9));  // 3 more: does not fit
@@ -109,7 +109,7 @@ TEST_F(SchedulerTest, NoOvertakingWhenTheHeadDoesNotFit) {
   EXPECT_EQ(chunk_of(p, small), nullptr);
 }
 
-TEST_F(SchedulerTest, OutOfBlocksPreemptsTheNewestAndRecomputesItLater) {
+TEST_F(engineScheduler, OutOfBlocksPreemptsTheNewestAndRecomputesItLater) {
   make(4, 4, 8, 64);
   RequestId a = add(ids(0, 7));   // 2 blocks
   RequestId b = add(ids(20, 7));  // 2 blocks: the pool is full
@@ -136,7 +136,7 @@ TEST_F(SchedulerTest, OutOfBlocksPreemptsTheNewestAndRecomputesItLater) {
   EXPECT_TRUE(p.chunks[0].sample);
 }
 
-TEST_F(SchedulerTest, APrefixHitStartsAfterTheCachedBlocks) {
+TEST_F(engineScheduler, APrefixHitStartsAfterTheCachedBlocks) {
   make(16, 4, 8, 64, /*prefix=*/true);
   auto prompt = ids(0, 10);
   add(prompt);
@@ -152,7 +152,7 @@ TEST_F(SchedulerTest, APrefixHitStartsAfterTheCachedBlocks) {
   EXPECT_EQ(kv_->stats().prefix_hit_tokens, 8);
 }
 
-TEST_F(SchedulerTest, FinishedSequencesLeaveAndFreeTheirBlocks) {
+TEST_F(engineScheduler, FinishedSequencesLeaveAndFreeTheirBlocks) {
   make(8, 4, 8, 64);
   RequestId a = add(ids(0, 3), /*max_tokens=*/2);
   step();

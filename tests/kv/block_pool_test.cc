@@ -14,7 +14,7 @@ std::vector<int32_t> tokens_of(int32_t first, int64_t count) {
   return t;
 }
 
-TEST(BlockPool, AllocatesUntilEmptyThenReturnsNullopt) {
+TEST(kvBlockPool, AllocatesUntilEmptyThenReturnsNullopt) {
   BlockPool pool(4, 16);
   auto a = pool.allocate(3);
   ASSERT_TRUE(a.has_value());
@@ -28,7 +28,7 @@ TEST(BlockPool, AllocatesUntilEmptyThenReturnsNullopt) {
   EXPECT_TRUE(pool.allocate(4).has_value());
 }
 
-TEST(BlockPool, ReferenceCountsKeepSharedBlocksHeld) {
+TEST(kvBlockPool, ReferenceCountsKeepSharedBlocksHeld) {
   BlockPool pool(2, 4);
   BlockId b = pool.allocate(1)->front();
   const auto t = tokens_of(0, 4);
@@ -45,7 +45,7 @@ TEST(BlockPool, ReferenceCountsKeepSharedBlocksHeld) {
   EXPECT_EQ(pool.num_free(), 1);
 }
 
-TEST(BlockPool, LookupComparesParentAndTokensNotOnlyTheHash) {
+TEST(kvBlockPool, LookupComparesParentAndTokensNotOnlyTheHash) {
   BlockPool pool(1, 4);
   BlockId b = pool.allocate(1)->front();
   ASSERT_TRUE(pool.publish(b, 7, kRootHash, tokens_of(0, 4)));
@@ -54,7 +54,7 @@ TEST(BlockPool, LookupComparesParentAndTokensNotOnlyTheHash) {
   EXPECT_TRUE(pool.lookup(7, kRootHash, tokens_of(0, 4)).has_value());
 }
 
-TEST(BlockPool, UncachedBlocksGoFirstThenLeastRecentlyUsedCachedOnes) {
+TEST(kvBlockPool, UncachedBlocksGoFirstThenLeastRecentlyUsedCachedOnes) {
   BlockPool pool(4, 2);
   auto blocks = *pool.allocate(4);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(pool.publish(blocks[i], 100 + i, kRootHash, tokens_of(i, 2)));
@@ -73,7 +73,7 @@ TEST(BlockPool, UncachedBlocksGoFirstThenLeastRecentlyUsedCachedOnes) {
   EXPECT_EQ(pool.num_cached(), 1);
 }
 
-TEST(BlockPool, ADuplicateHashStaysPrivate) {
+TEST(kvBlockPool, ADuplicateHashStaysPrivate) {
   BlockPool pool(2, 2);
   auto blocks = *pool.allocate(2);
   EXPECT_TRUE(pool.publish(blocks[0], 5, kRootHash, tokens_of(0, 2)));

@@ -16,7 +16,7 @@ std::vector<int32_t> tokens_of(int32_t first, int64_t count) {
   return t;
 }
 
-TEST(BlockHash, ChainsOverTheParent) {
+TEST(kvBlockHash, ChainsOverTheParent) {
   const auto a = tokens_of(0, 4);
   const auto b = tokens_of(4, 4);
   EXPECT_EQ(hash_block(kRootHash, a), hash_block(kRootHash, a));
@@ -28,7 +28,7 @@ TEST(BlockHash, ChainsOverTheParent) {
   EXPECT_EQ(chain[1], hash_block(hash_block(kRootHash, a), b));
 }
 
-TEST(KvCacheManager, TablesGrowByBlockAndFailCleanly) {
+TEST(kvCacheManager, TablesGrowByBlockAndFailCleanly) {
   KvCacheManager kv(4, 4, /*enable_prefix_caching=*/false);
   ASSERT_TRUE(kv.allocate(1, 5));  // 2 blocks
   EXPECT_EQ(kv.block_table(1).size(), 2u);
@@ -45,7 +45,7 @@ TEST(KvCacheManager, TablesGrowByBlockAndFailCleanly) {
   EXPECT_EQ(kv.stats().free_blocks, 1);
 }
 
-TEST(KvCacheManager, PrefixHitSharesCommittedFullBlocks) {
+TEST(kvCacheManager, PrefixHitSharesCommittedFullBlocks) {
   KvCacheManager kv(8, 4, true);
   const auto prompt = tokens_of(10, 11);  // 2 full blocks + 3 tokens
   ASSERT_TRUE(kv.allocate(1, 11, nullptr));
@@ -70,7 +70,7 @@ TEST(KvCacheManager, PrefixHitSharesCommittedFullBlocks) {
   EXPECT_EQ(kv.match_prefix(other).blocks.size(), 1u);
 }
 
-TEST(KvCacheManager, MatchLeavesTheLastTokenToCompute) {
+TEST(kvCacheManager, MatchLeavesTheLastTokenToCompute) {
   KvCacheManager kv(4, 4, true);
   const auto prompt = tokens_of(0, 8);  // exactly two blocks
   ASSERT_TRUE(kv.allocate(1, 8));
@@ -78,7 +78,7 @@ TEST(KvCacheManager, MatchLeavesTheLastTokenToCompute) {
   EXPECT_EQ(kv.match_prefix(prompt).blocks.size(), 1u);  // the last block must be recomputed for logits
 }
 
-TEST(KvCacheManager, FreedCachedBlocksServeLaterSequencesUntilEvicted) {
+TEST(kvCacheManager, FreedCachedBlocksServeLaterSequencesUntilEvicted) {
   KvCacheManager kv(3, 2, true);
   const auto prompt = tokens_of(0, 5);
   ASSERT_TRUE(kv.allocate(1, 5));
@@ -98,7 +98,7 @@ TEST(KvCacheManager, FreedCachedBlocksServeLaterSequencesUntilEvicted) {
   EXPECT_TRUE(kv.match_prefix(prompt).blocks.empty());
 }
 
-TEST(KvCacheManager, SharedFreeBlocksAreNotDoubleCounted) {
+TEST(kvCacheManager, SharedFreeBlocksAreNotDoubleCounted) {
   KvCacheManager kv(3, 2, true);
   const auto prompt = tokens_of(0, 5);
   ASSERT_TRUE(kv.allocate(1, 5));
