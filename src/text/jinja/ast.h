@@ -17,7 +17,7 @@ namespace tessera::text::jinja {
 enum class ExprKind {
   kLiteral,    // literal
   kName,       // name
-  kList,       // children: items (also tuples)
+  kList,       // children: items; negated: a tuple
   kDict,       // children: key0, value0, key1, value1, ...
   kGetAttr,    // children: [object]; name: the attribute (obj.name)
   kGetItem,    // children: [object, index] (obj[index])
@@ -47,7 +47,7 @@ struct Expr {
   std::vector<ExprPtr> children;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
-  bool negated = false;
+  bool negated = false;  // kTest: `is not`; kList: a tuple
 };
 
 enum class StmtKind {

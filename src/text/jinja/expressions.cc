@@ -75,7 +75,7 @@ Value Interpreter::eval_expr(const Expr& expr, const ScopePtr& scope) {
     case ExprKind::kList: {
       List items;
       for (const auto& child : expr.children) items.push_back(eval(*child, scope));
-      return Value(std::move(items));
+      return expr.negated ? Value::tuple(std::move(items)) : Value(std::move(items));
     }
     case ExprKind::kDict: {
       Map map;

@@ -220,7 +220,13 @@ const std::map<std::string, FilterFn>& filters() {
       if (v.is_number()) return Value(std::abs(v.as_int()));
       throw EvalError("bad operand type for abs(): '" + v.type_name() + "'");
     };
-    f["attr"] = [](Interpreter&, const Value& v, const CallArgs& a) { return get_attr(v, need_string(a, 0, "name")); };
+    f["attr"] = [](Interpreter&, const Value& v, const CallArgs& a) {  // Python's getattr only, no item
+      const std::string name = need_string(a, 0, "name");
+      if (v.is_namespace())
+        if (const Value* value = v.as_map().find(name)) return *value;
+      Value method = find_method(v, name);
+      return method.is_undefined() ? Value::undefined("no attribute '" + name + "'") : method;
+    };
     f["capitalize"] = str_filter([](const std::string& s) {
       std::u32string codes = decode_utf8(lower(s));
       if (!codes.empty()) codes[0] = to_upper(codes[0]);
@@ -285,14 +291,15 @@ const std::map<std::string, FilterFn>& filters() {
       const double scale = std::pow(10.0, precision ? static_cast<double>(precision->as_int()) : 0.0);
       const std::string how = method ? to_str(*method) : "common";
       double x = v.as_double() * scale;
-      x = how == "ceil" ? std::ceil(x) : how == "floor" ? std::floor(x) : std::round(x);
+      // Python's round() ties to even (2.5 -> 2.0), as nearbyint does by default.
+      x = how == "ceil" ? std::ceil(x) : how == "floor" ? std::floor(x) : std::nearbyint(x);
       return Value(x / scale);
     };
     f["items"] = [](Interpreter&, const Value& v, const CallArgs&) {
       if (v.is_undefined()) return Value(List{});
       if (!v.is_map()) throw EvalError("Can only get item pairs from a mapping.");
       List out;
-      for (const auto& [key, value] : v.as_map().entries()) out.emplace_back(List{Value(key), value});
+      for (const auto& [key, value] : v.as_map().entries()) out.push_back(Value::tuple({Value(key), value}));
       return Value(std::move(out));
     };
     f["join"] = [](Interpreter&, const Value& v, const CallArgs& a) {

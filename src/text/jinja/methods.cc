@@ -53,9 +53,7 @@ List split(const std::string& text, const Value* separator, int64_t max_split) {
       while (i < codes.size() && is_space(codes[i])) ++i;
       if (i >= codes.size()) break;
       if (max_split >= 0 && static_cast<int64_t>(parts.size()) == max_split) {
-        size_t end = codes.size();
-        while (end > i && is_space(codes[end - 1])) --end;
-        parts.emplace_back(encode_utf8(codes.substr(i, end - i)));
+        parts.emplace_back(encode_utf8(codes.substr(i)));  // the rest, trailing spaces kept
         break;
       }
       size_t j = i;
@@ -236,7 +234,7 @@ Value map_method(const Value& self, const std::string& name, const CallArgs& arg
   if (name == "items" || name == "keys" || name == "values") {
     List out;
     for (const auto& [key, value] : self.as_map().entries()) {
-      if (name == "items") out.emplace_back(List{Value(key), value});
+      if (name == "items") out.push_back(Value::tuple({Value(key), value}));
       else if (name == "keys") out.emplace_back(key);
       else out.push_back(value);
     }

@@ -320,6 +320,7 @@ class Parser {
     ExprPtr first = with_condition ? parse_expression() : parse_or();
     if (!is_op(",")) return first;
     auto tuple = node(ExprKind::kList, at);
+    tuple->negated = true;  // a tuple
     tuple->children.push_back(std::move(first));
     while (skip_op(",")) {
       if (current().kind == TokenKind::kBlockEnd || current().kind == TokenKind::kVariableEnd) break;
@@ -486,10 +487,15 @@ class Parser {
       case TokenKind::kOperator:
         if (token.text == "(") {
           advance();
-          if (skip_op(")")) return node(ExprKind::kList, token);
+          if (skip_op(")")) {
+            auto empty = node(ExprKind::kList, token);
+            empty->negated = true;  // ()
+            return empty;
+          }
           ExprPtr inner = parse_expression();
           if (is_op(",")) {
             auto tuple = node(ExprKind::kList, token);
+            tuple->negated = true;  // a tuple
             tuple->children.push_back(std::move(inner));
             while (skip_op(",")) {
               if (is_op(")")) break;

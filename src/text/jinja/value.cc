@@ -57,6 +57,12 @@ Value Value::make_namespace(Map initial) {
   return v;
 }
 
+Value Value::tuple(List items) {
+  Value v(std::move(items));
+  v.tuple_ = true;
+  return v;
+}
+
 std::string Value::undefined_message() const {
   if (const auto* s = std::get_if<std::string>(&data_); s && !s->empty()) return *s;
   return "value is undefined";
@@ -178,13 +184,10 @@ std::string string_repr(const std::string& text) {
 std::string container_str(const Value& value) {
   std::string out;
   if (value.is_list()) {
-    out = "[";
-    bool first = true;
-    for (const auto& item : value.as_list()) {
-      if (!first) out += ", ";
-      first = false;
-      out += to_repr(item);
-    }
+    const List& items = value.as_list();
+    out = value.is_tuple() ? "(" : "[";
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + to_repr(items[i]);
+    if (value.is_tuple()) return out + (items.size() == 1 ? ",)" : ")");
     return out + "]";
   }
   out = "{";
@@ -227,7 +230,7 @@ bool equals(const Value& a, const Value& b) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
   }
-  if (a.kind() != b.kind()) return false;
+  if (a.kind() != b.kind() || a.is_tuple() != b.is_tuple()) return false;
   switch (a.kind()) {
     case ValueKind::kUndefined:
     case ValueKind::kNone: return true;

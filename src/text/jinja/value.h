@@ -88,6 +88,9 @@ class Value {
   // `what` names the missing thing for error messages, e.g. "'foo' is undefined".
   static Value undefined(std::string what);
   static Value make_namespace(Map initial);
+  // A list that Python would hold as a tuple: str() writes (a, b); equal only to tuples.
+  static Value tuple(List items);
+  bool is_tuple() const { return tuple_; }
 
   ValueKind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == ValueKind::kUndefined; }
@@ -120,6 +123,7 @@ class Value {
 
  private:
   ValueKind kind_ = ValueKind::kUndefined;
+  bool tuple_ = false;
   std::variant<std::monostate, bool, int64_t, double, std::string, std::shared_ptr<const List>,
                std::shared_ptr<Map>, std::shared_ptr<const Callable>>
       data_;
