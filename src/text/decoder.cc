@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "text/byte_level.h"
 #include "text/normalizer.h"
 #include "text/pre_tokenizer.h"
 #include "text/utf8.h"
@@ -114,6 +115,24 @@ class MetaspaceDecoder final : public Decoder {
   PrependScheme scheme_;
 };
 
+// Each token's characters back to bytes (a token with a character outside the
+// byte-level table, such as an added token, keeps its own UTF-8), all tokens
+// joined, then read as UTF-8 with invalid bytes replaced: one text.
+class ByteLevelDecoder final : public Decoder {
+ public:
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    std::string bytes;
+    for (const auto& token : tokens) {
+      if (const auto raw = from_byte_level(token)) {
+        bytes += *raw;
+      } else {
+        bytes += token;
+      }
+    }
+    tokens.assign(1, utf8_lossy(bytes));
+  }
+};
+
 size_t non_negative(const JsonField& field) {
   const int64_t value = field.as_int();
   if (value < 0) field.fail("expected a non-negative integer");
@@ -163,6 +182,7 @@ std::unique_ptr<Decoder> make_decoder(const JsonField& spec) {
   if (type == "Metaspace") {
     return std::make_unique<MetaspaceDecoder>(parse_metaspace_replacement(spec), parse_prepend_scheme(spec));
   }
+  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   spec.unsupported("decoder", type);
 }
 

@@ -3,7 +3,7 @@
 // decode_chain); the text is their concatenation.
 //
 // Implemented: Sequence, Replace (string patterns), ByteFallback, Fuse, Strip,
-// Metaspace. ByteLevel comes with the byte-level tokenizers.
+// Metaspace, ByteLevel.
 #pragma once
 
 #include <memory>

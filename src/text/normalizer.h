@@ -1,8 +1,8 @@
 // Normalizers of a Hugging Face tokenizer.json: rewrite each span of input text
 // (the text between added tokens) before it is split into words.
 //
-// Implemented: Sequence, Prepend, Replace (string patterns). Offsets are not
-// tracked: tessera needs ids, not character spans.
+// Implemented: Sequence, Prepend, Replace (string patterns), NFC, NFD, NFKC,
+// NFKD. Offsets are not tracked: tessera needs ids, not character spans.
 #pragma once
 
 #include <memory>

@@ -1,8 +1,9 @@
 // Pre-tokenizers of a Hugging Face tokenizer.json: split each normalized span
 // of text into the words the model encodes one at a time.
 //
-// Implemented: Sequence, Metaspace (the SentencePiece "▁" convention). Byte-level
-// BPE (ByteLevel, Split with a regex) comes with the byte-level tokenizers.
+// Implemented: Sequence, Metaspace (the SentencePiece "▁" convention), Split
+// (a regex or string pattern, every split behavior, invert) and ByteLevel
+// (byte-level BPE: GPT-2, Llama 3, Qwen2).
 #pragma once
 
 #include <memory>

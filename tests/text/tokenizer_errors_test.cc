@@ -93,15 +93,22 @@ TEST_F(TokenizerErrorsTest, InconsistentModel) {
 }
 
 TEST_F(TokenizerErrorsTest, UnsupportedComponents) {
-  expect_error([&] { load_tokenizer(edited_demo([](auto& j) { j["normalizer"] = {{"type", "NFKC"}}; })); },
-               ErrorKind::kUnsupported, {"normalizer", "NFKC"});
+  expect_error([&] { load_tokenizer(edited_demo([](auto& j) { j["normalizer"] = {{"type", "Precompiled"}}; })); },
+               ErrorKind::kUnsupported, {"normalizer", "Precompiled"});
   expect_error(
       [&] {
         load_tokenizer(edited_demo([](auto& j) { j["normalizer"]["normalizers"][1]["type"] = "Lowercase"; }));
       },
       ErrorKind::kUnsupported, {"normalizer.normalizers[1]", "Lowercase"});
-  expect_error([&] { load_tokenizer(edited_demo([](auto& j) { j["pre_tokenizer"] = {{"type", "ByteLevel"}}; })); },
-               ErrorKind::kUnsupported, {"pre_tokenizer", "ByteLevel"});
+  expect_error([&] { load_tokenizer(edited_demo([](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; })); },
+               ErrorKind::kUnsupported, {"pre_tokenizer", "Whitespace"});
+  expect_error(
+      [&] {
+        load_tokenizer(edited_demo([](auto& j) {
+          j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+        }));
+      },
+      ErrorKind::kInvalidArgument, {"pre_tokenizer.pattern", "does not compile"});
   expect_error([&] { load_tokenizer(edited_demo([](auto& j) { j["decoder"] = {{"type", "WordPiece"}}; })); },
                ErrorKind::kUnsupported, {"decoder", "WordPiece"});
   expect_error([&] { load_tokenizer(edited_demo([](auto& j) { j["post_processor"] = {{"type", "BertProcessing"}}; })); },
