@@ -132,7 +132,7 @@ std::vector<std::string> ChatTemplate::builtin_names() {
 
 ChatTemplate ChatTemplate::builtin(std::string_view name) {
   for (const auto& entry : builtin_chat_templates())
-    if (name == entry.name) return from_source(entry.source, "'" + std::string(name) + "'");
+    if (name == entry.name) return from_source(entry.source, "'" + entry.name + "'");
   throw Error(ErrorKind::kInvalidArgument, "unknown chat template '" + std::string(name) + "'",
               "built-in chat templates: " + join_names() + "; or give a path to a .jinja file");
 }

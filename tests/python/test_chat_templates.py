@@ -189,6 +189,20 @@ CONVERSATIONS = {
     "tools_dict_arguments": {"messages": tool_conversation({"city": "Paris", "unit": "celsius"}, True),
                              "tools": TOOLS},
     "tools_string_arguments": {"messages": tool_conversation('{"city": "Paris"}', False), "tools": TOOLS},
+    "tools_two_calls_two_results": {"messages": [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": "Checking both.", "tool_calls": [
+            {"id": "call00001", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+            {"id": "call00002", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Rome", "days": 2}}}]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "call00001"},
+        {"role": "tool", "content": "rainy", "tool_call_id": "call00002"},
+    ], "tools": TOOLS},
+    "roles_not_alternating": {"messages": [
+        {"role": "user", "content": "one"},
+        {"role": "user", "content": "two"},
+    ]},
     "tools_unused": {"messages": [{"role": "user", "content": "Hi there"}], "tools": TOOLS},
     "extra_variables": {"messages": [
         {"role": "system", "content": "Answer in French."},
