@@ -9,7 +9,7 @@ namespace tessera::text::jinja {
 namespace {
 
 Value missing(const Value& object, const std::string& what) {
-  return Value::undefined("'" + object.type_name() + " object' has no attribute " + what);
+  return Value::undefined(std::string("'").append(object.type_name()).append(" object' has no attribute ").append(what));
 }
 
 // A Python index into `size` elements, or -1 when out of range.
@@ -53,7 +53,7 @@ Value get_item(const Value& object, const Value& key) {
   }
   // jinja2 falls back to the attribute of that name (d['items'] is the method too).
   if (key.is_string()) return get_attr(object, key.as_string());
-  return missing(object, "[" + to_repr(key) + "]");
+  return missing(object, std::string("[").append(to_repr(key)).append("]"));
 }
 
 List iterate(const Value& value) {
@@ -232,7 +232,7 @@ Value slice(const Value& object, const Value& start, const Value& stop, const Va
   } else if (object.is_list()) {
     n = static_cast<int64_t>(object.as_list().size());
   } else {
-    return Value::undefined("'" + object.type_name() + "' object cannot be sliced");
+    return Value::undefined(std::string("'").append(object.type_name()).append("' object cannot be sliced"));
   }
   // Python's PySlice_AdjustIndices.
   const auto adjust = [&](std::optional<int64_t> v, int64_t fallback) {

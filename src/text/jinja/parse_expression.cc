@@ -338,7 +338,7 @@ ExprPtr ExpressionParser::parse_call(ExprPtr callee) {
 
 std::string ExpressionParser::dotted_name(const char* context) {
   std::string name = expect_name(context);
-  while (skip_op(".")) name += "." + expect_name(context);
+  while (skip_op(".")) name.append(".").append(expect_name(context));
   return name;
 }
 
