@@ -110,7 +110,7 @@ const std::vector<std::string>& sample_texts() {
   return texts;
 }
 
-class Tok512Test : public ::testing::Test {
+class textTok512Test : public ::testing::Test {
  protected:
   void SetUp() override {
     TESSERA_REQUIRE_TESTDATA(kTok512);
@@ -127,7 +127,7 @@ class Tok512Test : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
 };
 
-TEST_F(Tok512Test, MatchesLlama2cEncode) {
+TEST_F(textTok512Test, MatchesLlama2cEncode) {
   const Llama2cReference reference(tok512());
   for (const std::string& text : sample_texts()) {
     EXPECT_EQ(tokenizer_->encode(text, true), reference.encode(text, true)) << "text: " << text;
@@ -137,7 +137,7 @@ TEST_F(Tok512Test, MatchesLlama2cEncode) {
 
 // The comparison above must be able to fail: merges in the wrong order give
 // ids llama2.c would not.
-TEST_F(Tok512Test, ReferenceCatchesWrongMergeOrder) {
+TEST_F(textTok512Test, ReferenceCatchesWrongMergeOrder) {
   nlohmann::json json = read_json_file(dir_ / "tokenizer.json");
   auto& merges = json["model"]["merges"];
   std::reverse(merges.begin(), merges.end());
@@ -148,7 +148,7 @@ TEST_F(Tok512Test, ReferenceCatchesWrongMergeOrder) {
   EXPECT_GT(mismatches, 0);
 }
 
-TEST_F(Tok512Test, ByteFallbackForCharactersOutsideTheVocabulary) {
+TEST_F(textTok512Test, ByteFallbackForCharactersOutsideTheVocabulary) {
   const std::vector<int32_t> ids = tokenizer_->encode("\u8bb2", false);  // 讲 = E8 AE B2
   ASSERT_EQ(ids.size(), 4u);
   EXPECT_EQ(tokenizer_->id_to_piece(ids[0]), "\u2581");
@@ -161,14 +161,14 @@ TEST_F(Tok512Test, ByteFallbackForCharactersOutsideTheVocabulary) {
   EXPECT_EQ(tokenizer_->decode({ids[1], ids[2]}, true), "\uFFFD\uFFFD");
 }
 
-TEST_F(Tok512Test, DecodeInvertsEncode) {
+TEST_F(textTok512Test, DecodeInvertsEncode) {
   for (const std::string& text : sample_texts()) {
     EXPECT_EQ(tokenizer_->decode(tokenizer_->encode(text, true), true), text) << "text: " << text;
     EXPECT_EQ(tokenizer_->decode(tokenizer_->encode(text, false), true), text) << "text: " << text;
   }
 }
 
-TEST_F(Tok512Test, SpecialTokens) {
+TEST_F(textTok512Test, SpecialTokens) {
   EXPECT_EQ(tokenizer_->vocab_size(), 512);
   EXPECT_EQ(tokenizer_->bos_id(), 1);
   EXPECT_EQ(tokenizer_->eos_id(), 2);
@@ -199,7 +199,7 @@ TEST_F(Tok512Test, SpecialTokens) {
   EXPECT_EQ(tokenizer_->decode({hi[0], 9999, -5}, true), tokenizer_->decode({hi[0]}, true));
 }
 
-TEST_F(Tok512Test, RejectsInvalidUtf8) {
+TEST_F(textTok512Test, RejectsInvalidUtf8) {
   try {
     tokenizer_->encode("ok \xC3(", true);
     FAIL() << "expected an error";
@@ -211,7 +211,7 @@ TEST_F(Tok512Test, RejectsInvalidUtf8) {
 
 // transformers' LlamaConverter with legacy = false writes the same tokenizer as
 // a Metaspace pre-tokenizer (prepend_scheme "first") and no normalizer.
-TEST_F(Tok512Test, MetaspaceFormMatchesPrependForm) {
+TEST_F(textTok512Test, MetaspaceFormMatchesPrependForm) {
   nlohmann::json json = read_json_file(dir_ / "tokenizer.json");
   json["normalizer"] = nullptr;
   json["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};

@@ -15,7 +15,7 @@
 namespace tessera::text {
 namespace {
 
-TEST(ByteLevel, TableIsGpt2s) {
+TEST(textByteLevel, TableIsGpt2s) {
   EXPECT_EQ(to_byte_level(" "), "\u0120");   // Ġ
   EXPECT_EQ(to_byte_level("\n"), "\u010A");  // Ċ
   EXPECT_EQ(to_byte_level("a!~"), "a!~");
@@ -29,7 +29,7 @@ TEST(ByteLevel, TableIsGpt2s) {
   EXPECT_EQ(from_byte_level("\u4f60"), std::nullopt);
 }
 
-TEST(ByteLevel, LossyUtf8ReplacesMaximalSubparts) {
+TEST(textByteLevel, LossyUtf8ReplacesMaximalSubparts) {
   const std::string r = "\xEF\xBF\xBD";
   EXPECT_EQ(utf8_lossy("plain \xE8\xAE\xB2"), "plain \xE8\xAE\xB2");
   EXPECT_EQ(utf8_lossy("\xE8\xAE"), r);             // a truncated sequence is one replacement
@@ -49,7 +49,7 @@ std::vector<std::string> split_with(const nlohmann::json& spec, const std::strin
   return words;
 }
 
-TEST(SplitPreTokenizer, Behaviors) {
+TEST(textSplitPreTokenizer, Behaviors) {
   // HF's documentation: pattern "-" on "the-final--countdown".
   const auto split = [](const char* behavior, bool invert = false) {
     return split_with({{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}},
@@ -70,7 +70,7 @@ TEST(SplitPreTokenizer, Behaviors) {
             (V{"\u0120Hello", "\u0120", "\u0120world", "'s", "\u012042", "!"}));
 }
 
-TEST(UnicodeNormalizer, NfcComposesAndNfkcFolds) {
+TEST(textUnicodeNormalizer, NfcComposesAndNfkcFolds) {
   const auto nfc = make_normalizer(JsonField(nlohmann::json{{"type", "NFC"}}, "test"));
   EXPECT_EQ(nfc->normalize("cafe\u0301"), "caf\u00e9");
   EXPECT_EQ(nfc->normalize("\u212b"), "\u00c5");       // Angstrom sign -> Å
@@ -81,7 +81,7 @@ TEST(UnicodeNormalizer, NfcComposesAndNfkcFolds) {
   EXPECT_EQ(nfd->normalize("\u00e9"), "e\u0301");
 }
 
-TEST(ByteLevel, RealQwen2Vocabulary) {
+TEST(textByteLevel, RealQwen2Vocabulary) {
   const auto dir = testing::qwen2_dir();
   if (!dir) GTEST_SKIP() << "tokenizers/qwen2 not found under " << testing::testdata_dir();
   const auto tokenizer = load_tokenizer(*dir);

@@ -68,7 +68,7 @@ std::string stream(const Tokenizer& tokenizer, const std::vector<int32_t>& ids, 
   return joined;
 }
 
-TEST(IncrementalDetokenizer, RandomIdStreamsJoinToDecode) {
+TEST(textIncrementalDetokenizer, RandomIdStreamsJoinToDecode) {
   for (const Case& c : cases()) {
     std::mt19937 rng(1234);
     const int32_t size = c.tokenizer->vocab_size();
@@ -95,7 +95,7 @@ TEST(IncrementalDetokenizer, RandomIdStreamsJoinToDecode) {
   }
 }
 
-TEST(IncrementalDetokenizer, RealTextStreamsWithoutReplacementCharacters) {
+TEST(textIncrementalDetokenizer, RealTextStreamsWithoutReplacementCharacters) {
   for (const Case& c : cases()) {
     for (const std::string& text : kTexts) {
       const std::vector<int32_t> ids = c.tokenizer->encode(text, true);
@@ -119,7 +119,7 @@ TEST(IncrementalDetokenizer, RealTextStreamsWithoutReplacementCharacters) {
   }
 }
 
-TEST(IncrementalDetokenizer, ByteFallbackWaitsForTheWholeCharacter) {
+TEST(textIncrementalDetokenizer, ByteFallbackWaitsForTheWholeCharacter) {
   for (const Case& c : cases()) {
     if (c.name != "llama2") continue;
     IncrementalDetokenizer detokenizer(*c.tokenizer, true);
@@ -146,7 +146,7 @@ TEST(IncrementalDetokenizer, ByteFallbackWaitsForTheWholeCharacter) {
   }
 }
 
-TEST(IncrementalDetokenizer, KeepsSpecialTokensWhenAsked) {
+TEST(textIncrementalDetokenizer, KeepsSpecialTokensWhenAsked) {
   for (const Case& c : cases()) {
     if (c.name != "internlm2") continue;
     IncrementalDetokenizer keep(*c.tokenizer, false);

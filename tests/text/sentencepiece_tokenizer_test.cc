@@ -29,7 +29,7 @@ constexpr const char* kInternlm2Config = R"({
     "92542": {"content": "<|im_end|>", "special": true, "normalized": false},
     "92543": {"content": "<|im_start|>", "special": true, "normalized": false}}})";
 
-class SentencePieceTokenizerTest : public ::testing::Test {
+class textSentencePieceTokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("tessera_sp_test_" + std::to_string(::getpid()));
@@ -49,7 +49,7 @@ class SentencePieceTokenizerTest : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(SentencePieceTokenizerTest, InternLM2ChatTokensComeFromTheConfig) {
+TEST_F(textSentencePieceTokenizerTest, InternLM2ChatTokensComeFromTheConfig) {
   TESSERA_REQUIRE_TESTDATA(kInternlm2);
   const auto tokenizer = load_tokenizer(model_dir("internlm2", kInternlm2, kInternlm2Config));
   EXPECT_EQ(tokenizer->vocab_size(), 92544);
@@ -71,7 +71,7 @@ TEST_F(SentencePieceTokenizerTest, InternLM2ChatTokensComeFromTheConfig) {
   EXPECT_EQ(tokenizer->decode(tokenizer->encode(" x", false), true), " x");
 }
 
-TEST_F(SentencePieceTokenizerTest, WithoutConfigTheModelsControlPiecesAreSpecial) {
+TEST_F(textSentencePieceTokenizerTest, WithoutConfigTheModelsControlPiecesAreSpecial) {
   TESSERA_REQUIRE_TESTDATA(kLlama2);
   const auto tokenizer = load_tokenizer(model_dir("llama2", kLlama2));
   EXPECT_EQ(tokenizer->vocab_size(), 32000);
@@ -99,7 +99,7 @@ TEST_F(SentencePieceTokenizerTest, WithoutConfigTheModelsControlPiecesAreSpecial
   }
 }
 
-TEST_F(SentencePieceTokenizerTest, ConfigSwitches) {
+TEST_F(textSentencePieceTokenizerTest, ConfigSwitches) {
   TESSERA_REQUIRE_TESTDATA(kLlama2);
   const auto both = load_tokenizer(model_dir("both", kLlama2, R"({"add_bos_token": false, "add_eos_token": true})"));
   EXPECT_EQ(both->encode("Hello", true), (std::vector<int32_t>{15043, 2}));
@@ -118,7 +118,7 @@ TEST_F(SentencePieceTokenizerTest, ConfigSwitches) {
   EXPECT_THROW(load_tokenizer(model_dir("bad_bos", kLlama2, R"({"bos_token": "<nope>"})")), Error);
 }
 
-TEST_F(SentencePieceTokenizerTest, TokenizerJsonWinsOverTokenizerModel) {
+TEST_F(textSentencePieceTokenizerTest, TokenizerJsonWinsOverTokenizerModel) {
   TESSERA_REQUIRE_TESTDATA(kLlama2);
   const fs::path dir = model_dir("both_files", kLlama2);
   write_demo_tokenizer(dir);  // writes tokenizer.json (and its config) beside tokenizer.model

@@ -81,7 +81,7 @@ void check_all_chunkings(const std::string& text, const std::vector<std::string>
   }
 }
 
-TEST(StopStringMatcher, Examples) {
+TEST(textStopStringMatcher, Examples) {
   StopStringMatcher matcher({"<|end|>", "\n\nUser:"});
   EXPECT_EQ(matcher.feed("Hello <").text, "Hello ");  // "<" may start "<|end|>"
   EXPECT_EQ(matcher.feed("b>").text, "<b>");          // it did not
@@ -114,7 +114,7 @@ TEST(StopStringMatcher, Examples) {
   }
 }
 
-TEST(StopStringMatcher, EveryChunkBoundaryMatchesTheReference) {
+TEST(textStopStringMatcher, EveryChunkBoundaryMatchesTheReference) {
   std::mt19937 rng(42);
   const std::vector<std::vector<std::string>> stop_sets = {
       {"<|im_end|>"},

@@ -39,7 +39,7 @@ std::unique_ptr<BpeTokenizer> build(const nlohmann::json& json, const TokenizerC
   return BpeTokenizer::from_json(json, config, "test tokenizer.json");
 }
 
-TEST(BpeModelTest, LowestRankMergesFirst) {
+TEST(textBpeModelTest, LowestRankMergesFirst) {
   const auto tokenizer = build(small_tokenizer());
   EXPECT_EQ(tokenizer->encode("abc", true), (Ids{9}));
   // ▁+ab (rank 1) wins over ab+c (rank 2); ▁ab+c is no merge.
@@ -47,7 +47,7 @@ TEST(BpeModelTest, LowestRankMergesFirst) {
   EXPECT_EQ(tokenizer->encode("ababc", true), (Ids{7, 9}));
 }
 
-TEST(BpeModelTest, UnknownCharacters) {
+TEST(textBpeModelTest, UnknownCharacters) {
   nlohmann::json json = small_tokenizer();
   EXPECT_EQ(build(json)->encode("axyb", false), (Ids{4, 0, 5}));  // fused
   json["model"]["fuse_unk"] = false;
@@ -56,7 +56,7 @@ TEST(BpeModelTest, UnknownCharacters) {
   EXPECT_EQ(build(json)->encode("axyb", false), (Ids{7}));  // dropped, as HF does, so a+b merge
 }
 
-TEST(BpeModelTest, IgnoreMergesTakesWholeWords) {
+TEST(textBpeModelTest, IgnoreMergesTakesWholeWords) {
   nlohmann::json json = small_tokenizer();
   json["model"]["merges"] = {"a b"};
   EXPECT_EQ(build(json)->encode("abc", false), (Ids{7, 6}));
@@ -64,13 +64,13 @@ TEST(BpeModelTest, IgnoreMergesTakesWholeWords) {
   EXPECT_EQ(build(json)->encode("abc", false), (Ids{9}));
 }
 
-TEST(DecoderTest, NoDecoderJoinsPiecesWithSpaces) {
+TEST(textDecoderTest, NoDecoderJoinsPiecesWithSpaces) {
   const auto tokenizer = build(small_tokenizer());
   EXPECT_EQ(tokenizer->decode({1, 7, 6}, false), "<s> ab c");
   EXPECT_EQ(tokenizer->decode({1, 7, 6}, true), "ab c");
 }
 
-TEST(AddedTokensTest, StripAndSingleWord) {
+TEST(textAddedTokensTest, StripAndSingleWord) {
   nlohmann::json json = small_tokenizer();
   json["added_tokens"].push_back(
       {{"id", 10}, {"content", "[X]"}, {"special", false}, {"normalized", false}, {"lstrip", true}, {"rstrip", true}});
@@ -84,7 +84,7 @@ TEST(AddedTokensTest, StripAndSingleWord) {
   EXPECT_EQ(tokenizer->decode({10, 1}, true), "[X]");
 }
 
-TEST(PostProcessorTest, TemplateAndConfigOverrides) {
+TEST(textPostProcessorTest, TemplateAndConfigOverrides) {
   nlohmann::json json = small_tokenizer();
   json["post_processor"] = nlohmann::json::parse(R"({
     "type": "TemplateProcessing",
@@ -107,7 +107,7 @@ TEST(PostProcessorTest, TemplateAndConfigOverrides) {
   EXPECT_EQ(build(small_tokenizer())->bos_id(), std::nullopt);
 }
 
-TEST(MetaspaceTest, SplitsWordsAndDecodes) {
+TEST(textMetaspaceTest, SplitsWordsAndDecodes) {
   nlohmann::json json = small_tokenizer();
   json["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}};
   json["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}};
@@ -120,7 +120,7 @@ TEST(MetaspaceTest, SplitsWordsAndDecodes) {
   EXPECT_EQ(tokenizer->decode({3, 3, 5}, false), " b");
 }
 
-class DemoTokenizerTest : public ::testing::Test {
+class textDemoTokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("tessera_demo_tokenizer_" + std::to_string(::getpid()));
@@ -134,7 +134,7 @@ class DemoTokenizerTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-TEST_F(DemoTokenizerTest, DeterministicAndUsable) {
+TEST_F(textDemoTokenizerTest, DeterministicAndUsable) {
   write_demo_tokenizer(dir_ / "a");
   write_demo_tokenizer(dir_ / "b");
   EXPECT_EQ(read(dir_ / "a/tokenizer.json"), read(dir_ / "b/tokenizer.json"));

@@ -22,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TokenizerErrorsTest : public ::testing::Test {
+class textTokenizerErrorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("tessera_tokenizer_errors_" + std::to_string(::getpid()));
@@ -60,7 +60,7 @@ void expect_error(const std::function<void()>& action, ErrorKind kind, const std
   }
 }
 
-TEST_F(TokenizerErrorsTest, MissingDirectoryAndFiles) {
+TEST_F(textTokenizerErrorsTest, MissingDirectoryAndFiles) {
   expect_error([&] { load_tokenizer(dir_ / "absent"); }, ErrorKind::kInvalidArgument, {"absent", "does not exist"});
   expect_error([&] { load_tokenizer(dir_); }, ErrorKind::kInvalidArgument,
                {dir_.string(), "tokenizer.json", "tokenizer.model"});
@@ -69,7 +69,7 @@ TEST_F(TokenizerErrorsTest, MissingDirectoryAndFiles) {
                {(dir_ / "tokenizer.model").string(), "not a SentencePiece model"});
 }
 
-TEST_F(TokenizerErrorsTest, MalformedJson) {
+TEST_F(textTokenizerErrorsTest, MalformedJson) {
   write(dir_ / "tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": ");
   expect_error([&] { load_tokenizer(dir_); }, ErrorKind::kInvalidArgument,
                {(dir_ / "tokenizer.json").string(), "not valid JSON"});
@@ -79,7 +79,7 @@ TEST_F(TokenizerErrorsTest, MalformedJson) {
   expect_error([&] { load_tokenizer(dir_); }, ErrorKind::kInvalidArgument, {"model", "missing field \"vocab\""});
 }
 
-TEST_F(TokenizerErrorsTest, InconsistentModel) {
+TEST_F(textTokenizerErrorsTest, InconsistentModel) {
   expect_error([&] { load_tokenizer(edited_demo([](auto& j) { j["model"]["merges"].push_back("zz qq"); })); },
                ErrorKind::kInvalidArgument, {"model.merges[", "\"zz\" is not in model.vocab"});
   expect_error([&] { load_tokenizer(edited_demo([](auto& j) { j["model"]["merges"].push_back("nospace"); })); },
@@ -92,7 +92,7 @@ TEST_F(TokenizerErrorsTest, InconsistentModel) {
                ErrorKind::kInvalidArgument, {"model.unk_token", "<nope>"});
 }
 
-TEST_F(TokenizerErrorsTest, UnsupportedComponents) {
+TEST_F(textTokenizerErrorsTest, UnsupportedComponents) {
   expect_error([&] { load_tokenizer(edited_demo([](auto& j) { j["normalizer"] = {{"type", "Precompiled"}}; })); },
                ErrorKind::kUnsupported, {"normalizer", "Precompiled"});
   expect_error(
@@ -126,7 +126,7 @@ TEST_F(TokenizerErrorsTest, UnsupportedComponents) {
       ErrorKind::kUnsupported, {"Regex"});
 }
 
-TEST_F(TokenizerErrorsTest, ConfigNamesUnknownToken) {
+TEST_F(textTokenizerErrorsTest, ConfigNamesUnknownToken) {
   const fs::path model = dir_ / "config";
   write_demo_tokenizer(model);
   write(model / "tokenizer_config.json", R"({"bos_token": {"content": "<bos>"}, "add_bos_token": true})");
@@ -144,7 +144,7 @@ std::string tok512_bytes() {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-TEST_F(TokenizerErrorsTest, Llama2cFileValidation) {
+TEST_F(textTokenizerErrorsTest, Llama2cFileValidation) {
   const fs::path out = dir_ / "out";
   expect_error([&] { write_llama2c_tokenizer(dir_ / "absent.bin", out, 512, 512); }, ErrorKind::kInvalidArgument,
                {"absent.bin"});
