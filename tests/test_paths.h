@@ -13,7 +13,12 @@ inline std::filesystem::path testdata_dir() {
   return env ? std::filesystem::path(env) : std::filesystem::path(TESSERA_TESTDATA_DEFAULT);
 }
 
-inline std::filesystem::path fixtures_dir() { return TESSERA_FIXTURES; }
+// TESSERA_FIXTURES overrides the source tree's fixtures (for test binaries run
+// from another checkout, e.g. on a GPU machine).
+inline std::filesystem::path fixtures_dir() {
+  const char* env = std::getenv("TESSERA_FIXTURES");
+  return env ? std::filesystem::path(env) : std::filesystem::path(TESSERA_FIXTURES);
+}
 
 inline std::filesystem::path tessera_binary() { return TESSERA_BINARY; }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/paged_kv.h"
@@ -25,8 +26,12 @@ class Backend {
 
   // Moves a host tensor to this backend in its compute dtype (float types).
   virtual Tensor upload_weight(const Tensor& host) = 0;
-  // Copies a tensor to a host f32 tensor.
+  // Copies a tensor to a host f32 tensor (waits for the device).
   virtual Tensor to_host_f32(const Tensor& t) = 0;
+
+  // Called once per forward before the layers run: a device backend uploads
+  // the batch's positions and block tables here, once, for every layer.
+  virtual void prepare(const AttentionBatch& batch) { (void)batch; }
 
   // out[i, :] = table[ids[i], :]          table [vocab, hidden], out [n, hidden]
   virtual void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;
@@ -35,6 +40,7 @@ class Backend {
   // residual += x; out = rms_norm(residual)  residual, x, out [n, hidden]
   virtual void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
   // out = x · weightᵀ (+ bias)              x [n, in], weight [out, in], bias [out] or undefined, out [n, out]
+  //                                         out is in the compute dtype, or f32 (the logits)
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) = 0;
   // Rotates q and k in place (HF rotate_half: pairs (i, i + head_dim/2)) by
   // positions[t] · inv_freq[seq(t)], then scales by attention_scaling, and writes
@@ -57,5 +63,27 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+
+// The CUDA backend on device `index`, computing in `compute_dtype` (f32, f16 or
+// bf16). Throws Error(kUnsupported) in a build without CUDA, and
+// Error(kDeviceFailure) when the device cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(int index, DType compute_dtype);
+
+struct CudaDeviceInfo {
+  std::string name;
+  int compute_major = 0, compute_minor = 0;
+  size_t total_memory = 0, free_memory = 0;
+  bool supports_bf16() const { return compute_major >= 8; }
+};
+
+// 0 when this build has no CUDA backend or no usable driver/device.
+int cuda_device_count();
+CudaDeviceInfo cuda_device_info(int index);
+
+// The compute dtype for `requested` ("auto", "float16", "bfloat16", "float32")
+// on `device`: the CPU always computes in f32; on a GPU auto is bf16 from compute capability 8.0
+// or newer, f16 (logged) on older GPUs; bf16 asked of a GPU without it falls
+// back to f16 with a warning, as the correct fallback.
+DType choose_compute_dtype(const std::string& requested, Device device);
 
 }  // namespace tessera::backend

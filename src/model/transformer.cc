@@ -55,6 +55,7 @@ Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& ca
   }
   backend::AttentionBatch layer_batch = attention;
   layer_batch.sliding_window = spec_.sliding_window.value_or(0);
+  backend_.prepare(layer_batch);
 
   Tensor residual = activation(hidden);   // [n, hidden]
   Tensor normed = activation(hidden);     // [n, hidden]
@@ -95,7 +96,7 @@ Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& ca
   const int64_t m = static_cast<int64_t>(batch.logit_rows.size());
   Tensor selected = Tensor::empty({m, hidden}, dtype, allocator);
   backend_.gather_rows(normed, batch.logit_rows, selected);
-  Tensor logits = Tensor::empty({m, spec_.vocab_size}, dtype, allocator);
+  Tensor logits = Tensor::empty({m, spec_.vocab_size}, DType::kF32, allocator);  // logits in f32 on every backend
   backend_.linear(selected, weights_.lm_head, Tensor(), logits);
   return backend_.to_host_f32(logits);
 }

@@ -1,0 +1,275 @@
+// The CUDA backend: Backend's ops on one GPU and one stream, by the kernels in
+// kernels.h and cuBLASLt. Step metadata (positions, block tables, the token ->
+// sequence map) is uploaded once per forward in prepare(); RoPE frequencies
+// only when they change. Nothing here synchronises but to_host_f32.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tessera::backend {
+
+namespace {
+
+using cuda::CudaAllocator;
+using cuda::Gemm;
+
+// Calls fn(T{}) with T the storage type of `dtype`.
+template <typename Fn>
+void dispatch(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: fn(float{}); return;
+    case DType::kF16: fn(__half{}); return;
+    case DType::kBF16: fn(__nv_bfloat16{}); return;
+    default: break;
+  }
+  throw Error(ErrorKind::kUnsupported, std::string("the CUDA backend has no kernels for ") + dtype_name(dtype));
+}
+
+template <typename T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.raw_data());
+}
+
+// A device copy of a small host int/float vector, reallocated only when it grows.
+template <typename V>
+class DeviceVector {
+ public:
+  const V* upload(const std::vector<V>& host, Allocator& allocator, cudaStream_t stream) {
+    if (host.empty()) return nullptr;
+    if (!buffer_.defined() || buffer_.numel() < static_cast<int64_t>(host.size())) {
+      buffer_ = Tensor::empty({static_cast<int64_t>(host.size() * 2)}, sizeof(V) == 4 ? DType::kI32 : DType::kI64,
+                              allocator);
+    }
+    // Pageable source: the copy is staged before the call returns, so `host` may change afterwards.
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(buffer_.raw_data(), host.data(), host.size() * sizeof(V),
+                                       cudaMemcpyHostToDevice, stream));
+    return static_cast<const V*>(buffer_.raw_data());
+  }
+
+ private:
+  Tensor buffer_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int index, DType compute_dtype) : index_(index), compute_dtype_(compute_dtype) {
+    auto owner = std::make_shared<cuda::StreamOwner>(index);
+    stream_ = owner->stream();
+    allocator_ = std::make_unique<CudaAllocator>(std::move(owner));
+    gemm_ = std::make_unique<Gemm>(stream_, *allocator_);
+  }
+
+  ~CudaBackend() override {
+    // Waits for queued work; the stream itself lives on in any buffer still held.
+    cudaStreamSynchronize(stream_);
+  }
+
+  Device device() const override { return Device::cuda(index_); }
+  Allocator& allocator() override { return *allocator_; }
+  DType compute_dtype() const override { return compute_dtype_; }
+
+  Tensor upload_weight(const Tensor& host) override {
+    Tensor converted = host.dtype() == compute_dtype_ ? host : host.to_dtype(compute_dtype_);
+    Tensor device = Tensor::empty(converted.shape(), compute_dtype_, *allocator_);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(device.raw_data(), converted.raw_data(), converted.nbytes(),
+                                       cudaMemcpyHostToDevice, stream_));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `converted` may be freed on return
+    return device;
+  }
+
+  Tensor to_host_f32(const Tensor& t) override {
+    Tensor f32 = t;
+    if (t.dtype() != DType::kF32) {
+      f32 = Tensor::empty(t.shape(), DType::kF32, *allocator_);
+      dispatch(t.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        cuda::launch_to_f32<T>(ptr<T>(t), t.numel(), ptr<float>(f32), stream_);
+      });
+    }
+    Tensor host = Tensor::empty(t.shape(), DType::kF32);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(host.raw_data(), f32.raw_data(), host.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return host;
+  }
+
+  void prepare(const AttentionBatch& batch) override {
+    token_seq_host_.assign(batch.positions.size(), 0);
+    for (int64_t s = 0; s < batch.num_seqs(); ++s) {
+      for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) token_seq_host_[t] = static_cast<int32_t>(s);
+    }
+    positions_ = positions_buffer_.upload(batch.positions, *allocator_, stream_);
+    token_seq_ = token_seq_buffer_.upload(token_seq_host_, *allocator_, stream_);
+    block_tables_ = block_tables_buffer_.upload(batch.block_tables, *allocator_, stream_);
+    prepared_tokens_ = batch.num_tokens();
+  }
+
+  void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
+    const int64_t vocab = table.dim(0);
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab) {
+        throw Error(ErrorKind::kInvalidArgument, fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab));
+      }
+    }
+    const int32_t* device_ids = ids_buffer_.upload(ids, *allocator_, stream_);
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_embedding<T>(ptr<T>(table), table.dim(1), device_ids, static_cast<int64_t>(ids.size()), ptr<T>(out),
+                                stream_);
+    });
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_rms_norm<T>(ptr<T>(x), ptr<T>(weight), x.dim(0), x.dim(-1), eps, ptr<T>(out), stream_);
+    });
+  }
+
+  void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_add_rms_norm<T>(ptr<T>(residual), ptr<T>(x), ptr<T>(weight), residual.dim(0), residual.dim(-1), eps,
+                                   ptr<T>(out), stream_);
+    });
+  }
+
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override {
+    if (weight.dim(1) != x.dim(1) || out.dim(0) != x.dim(0) || out.dim(1) != weight.dim(0)) {
+      throw Error(ErrorKind::kInternal, fmt::format("cuda linear: {} · {}ᵀ does not fit {}", x.describe(),
+                                                    weight.describe(), out.describe()));
+    }
+    gemm_->linear(x.raw_data(), weight.raw_data(), out.raw_data(), x.dim(0), weight.dim(0), x.dim(1), x.dtype(),
+                  out.dtype());
+    if (bias.defined()) {
+      TESSERA_CHECK(out.dtype() == bias.dtype());
+      dispatch(out.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        cuda::launch_add_bias<T>(ptr<T>(out), ptr<T>(bias), out.dim(0), out.dim(1), stream_);
+      });
+    }
+  }
+
+  void rope_and_cache_write(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq, float attention_scaling,
+                            const AttentionBatch& batch, PagedKvLayer& cache, int64_t block_size) override {
+    expect_prepared(batch);
+    if (inv_freq != inv_freq_host_) {
+      inv_freq_host_ = inv_freq;
+      inv_freq_ = inv_freq_buffer_.upload(inv_freq, *allocator_, stream_);
+    }
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_rope_cache_write<T>(ptr<T>(qkv), positions_, token_seq_, inv_freq_, attention_scaling,
+                                       block_tables_, batch.max_blocks_per_seq, batch.num_tokens(), num_heads,
+                                       cache.keys.dim(1), cache.keys.dim(3), block_size, ptr<T>(cache.keys),
+                                       ptr<T>(cache.values), stream_);
+    });
+  }
+
+  void paged_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
+                       int64_t block_size, Tensor& out) override {
+    expect_prepared(batch);
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_paged_attention<T>(ptr<T>(qkv), positions_, token_seq_, block_tables_, batch.max_blocks_per_seq,
+                                      batch.num_tokens(), num_heads, cache.keys.dim(1), cache.keys.dim(3), block_size,
+                                      batch.sliding_window, ptr<T>(cache.keys), ptr<T>(cache.values), ptr<T>(out),
+                                      stream_);
+    });
+  }
+
+  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_silu_mul<T>(ptr<T>(gate_up), gate_up.dim(0), gate_up.dim(1) / 2, ptr<T>(out), stream_);
+    });
+  }
+
+  void add(Tensor& x, const Tensor& y) override {
+    dispatch(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_add<T>(ptr<T>(x), ptr<T>(y), x.numel(), stream_);
+    });
+  }
+
+  void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
+    for (int32_t r : rows) TESSERA_CHECK(r >= 0 && r < x.dim(0));
+    const int32_t* device_rows = rows_buffer_.upload(rows, *allocator_, stream_);
+    dispatch(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_gather_rows<T>(ptr<T>(x), device_rows, static_cast<int64_t>(rows.size()), x.dim(1), ptr<T>(out),
+                                  stream_);
+    });
+  }
+
+ private:
+  void expect_prepared(const AttentionBatch& batch) const {
+    if (prepared_tokens_ != batch.num_tokens()) {
+      throw Error(ErrorKind::kInternal, "cuda backend: prepare(batch) was not called before the attention ops");
+    }
+  }
+
+  int index_;
+  DType compute_dtype_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CudaAllocator> allocator_;
+  std::unique_ptr<Gemm> gemm_;
+
+  DeviceVector<int32_t> positions_buffer_, token_seq_buffer_, block_tables_buffer_, ids_buffer_, rows_buffer_;
+  DeviceVector<float> inv_freq_buffer_;
+  std::vector<int32_t> token_seq_host_;
+  std::vector<float> inv_freq_host_;
+  const int32_t* positions_ = nullptr;
+  const int32_t* token_seq_ = nullptr;
+  const int32_t* block_tables_ = nullptr;
+  const float* inv_freq_ = nullptr;
+  int64_t prepared_tokens_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int index, DType compute_dtype) {
+  const int count = cuda_device_count();
+  if (index < 0 || index >= count) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cuda:{} does not exist: {} CUDA device(s) visible", index, count),
+                count == 0 ? "no GPU is visible; check the driver with nvidia-smi, or use --device cpu"
+                           : fmt::format("use cuda:0 .. cuda:{}", count - 1));
+  }
+  return std::make_unique<CudaBackend>(index, compute_dtype);
+}
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error here, just none
+    return 0;
+  }
+  return count;
+}
+
+CudaDeviceInfo cuda_device_info(int index) {
+  cudaDeviceProp properties{};
+  TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
+  CudaDeviceInfo info;
+  info.name = properties.name;
+  info.compute_major = properties.major;
+  info.compute_minor = properties.minor;
+  int current = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&current));
+  TESSERA_CUDA_CHECK(cudaSetDevice(index));
+  TESSERA_CUDA_CHECK(cudaMemGetInfo(&info.free_memory, &info.total_memory));
+  TESSERA_CUDA_CHECK(cudaSetDevice(current));
+  return info;
+}
+
+}  // namespace tessera::backend

@@ -1,0 +1,34 @@
+// Conversions between storage types and f32 inside kernels, and the explicit
+// instantiation list shared by every kernel file.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace tessera::backend::cuda {
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+}  // namespace tessera::backend::cuda
+
+// Instantiates a launcher for every storage type: INSTANTIATE(launch_x, (args with T)).
+#define TESSERA_FOR_EACH_CUDA_TYPE(MACRO) \
+  MACRO(float)                            \
+  MACRO(__half)                           \
+  MACRO(__nv_bfloat16)

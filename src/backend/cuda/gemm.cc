@@ -1,0 +1,94 @@
+#include "backend/cuda/gemm.h"
+
+#include <fmt/format.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace tessera::backend::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kF16: return CUDA_R_16F;
+    case DType::kBF16: return CUDA_R_16BF;
+    default: break;
+  }
+  throw Error(ErrorKind::kUnsupported, std::string("cuBLASLt linear: no support for dtype ") + dtype_name(dtype));
+}
+
+}  // namespace
+
+// Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is, in cuBLAS's column-major terms,
+// Y (n×m) = Wᵀ·X with W stored k×n (lda k, transposed) and X stored k×m (ldb k).
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algorithm{};
+  bool has_algorithm = false;
+
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (operation) cublasLtMatmulDescDestroy(operation);
+  }
+};
+
+Gemm::Gemm(cudaStream_t stream, Allocator& allocator) : stream_(stream) {
+  TESSERA_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  workspace_ = Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::kU8, allocator);
+}
+
+Gemm::~Gemm() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+Gemm::Plan& Gemm::plan_for(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  auto [m, n, k, in_dtype, out_dtype] = key;
+  auto plan = std::make_unique<Plan>();
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                                      sizeof(transpose)));
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose,
+                                                      sizeof(no_transpose)));
+  TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, cuda_type(in_dtype), k, n, k));
+  TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_type(in_dtype), k, m, k));
+  TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, cuda_type(out_dtype), n, m, n));
+
+  cublasLtMatmulPreference_t preference;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  size_t workspace = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                       sizeof(workspace));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->operation, plan->a, plan->b, plan->c,
+                                                         plan->c, preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+    plan->algorithm = result.algo;
+    plan->has_algorithm = true;
+  }
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void Gemm::linear(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
+                  DType out_dtype) {
+  if (m == 0 || n == 0) return;
+  Plan& plan = plan_for({m, n, k, in_dtype, out_dtype});
+  const float alpha = 1.0f, beta = 0.0f;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y,
+                                      plan.c, plan.has_algorithm ? &plan.algorithm : nullptr, workspace_.raw_data(),
+                                      kWorkspaceBytes, stream_));
+}
+
+}  // namespace tessera::backend::cuda

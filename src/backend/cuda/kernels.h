@@ -1,0 +1,66 @@
+// Launchers of tessera's CUDA kernels: free functions of plain pointers and
+// sizes, each the twin of a CPU kernel in backend/cpu/kernels.h (same layout,
+// same meaning), templated on the storage type T (float, __half,
+// __nv_bfloat16) with f32 arithmetic inside. All run on `stream`, none syncs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tessera::backend::cuda {
+
+// out [n, hidden] = table [vocab, hidden] rows ids [n] (ids already validated)
+template <typename T>
+void launch_embedding(const T* table, int64_t hidden, const int32_t* ids, int64_t n, T* out, cudaStream_t stream);
+
+// out [n, hidden] = x / sqrt(mean(x²) + eps) * weight
+template <typename T>
+void launch_rms_norm(const T* x, const T* weight, int64_t n, int64_t hidden, float eps, T* out, cudaStream_t stream);
+
+// residual += x (rounded to T, as a T-typed residual stream is); out = rms_norm(residual)
+template <typename T>
+void launch_add_rms_norm(T* residual, const T* x, const T* weight, int64_t n, int64_t hidden, float eps, T* out,
+                         cudaStream_t stream);
+
+// Per token t of sequence seq(t): rotate its q and k heads (rotate_half pairs) by
+// positions[t] * inv_freq[seq, :] scaled by `scaling`, then copy k and v into the
+// paged cache at block_tables[seq][pos / block_size], row pos % block_size.
+//   qkv [n, (heads + 2 * kv_heads) * head_dim]; token_seq [n]; inv_freq [seqs, head_dim/2]
+//   cache [blocks, kv_heads, block_size, head_dim]
+template <typename T>
+void launch_rope_cache_write(T* qkv, const int32_t* positions, const int32_t* token_seq, const float* inv_freq,
+                             float scaling, const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t n,
+                             int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block_size, T* k_cache,
+                             T* v_cache, cudaStream_t stream);
+
+// Causal GQA attention of every new token over keys [max(0, pos - window + 1), pos]
+// of its sequence in the paged cache; window 0 means no window.
+//   qkv [n, qkv_size] (q part read); out [n, heads * head_dim]
+template <typename T>
+void launch_paged_attention(const T* qkv, const int32_t* positions, const int32_t* token_seq,
+                            const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t n, int64_t heads,
+                            int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window, const T* k_cache,
+                            const T* v_cache, T* out, cudaStream_t stream);
+
+// out [n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]
+template <typename T>
+void launch_silu_mul(const T* gate_up, int64_t n, int64_t inter, T* out, cudaStream_t stream);
+
+// x [count] += y
+template <typename T>
+void launch_add(T* x, const T* y, int64_t count, cudaStream_t stream);
+
+// y [m, n] += bias [n]
+template <typename T>
+void launch_add_bias(T* y, const T* bias, int64_t m, int64_t n, cudaStream_t stream);
+
+// out [rows, width] = x[rows[i], :]
+template <typename T>
+void launch_gather_rows(const T* x, const int32_t* rows, int64_t count, int64_t width, T* out, cudaStream_t stream);
+
+// out [count] f32 = in [count] T
+template <typename T>
+void launch_to_f32(const T* in, int64_t count, float* out, cudaStream_t stream);
+
+}  // namespace tessera::backend::cuda
