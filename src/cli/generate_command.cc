@@ -21,14 +21,15 @@ struct GenerateArgs {
   float temperature = 0.0f;
   uint64_t seed = 0;
   std::string device = "cpu";
+  std::string dtype = "auto";
   bool ignore_eos = false;
 };
 
 int run_generate(const GenerateArgs& args) {
-  if (parse_device(args.device) != Device::cpu()) {
-    throw Error(ErrorKind::kUnsupported, "only --device cpu is available in this build", "use --device cpu");
-  }
-  std::unique_ptr<backend::Backend> backend = backend::make_cpu_backend();
+  const Device device = parse_device(args.device);
+  const DType dtype = backend::choose_compute_dtype(args.dtype, device);
+  std::unique_ptr<backend::Backend> backend =
+      device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
   std::unique_ptr<text::Tokenizer> tokenizer = text::load_tokenizer(args.model_dir);
   std::unique_ptr<model::Transformer> model = model::load_transformer(args.model_dir, *backend);
 
@@ -77,7 +78,9 @@ void add_generate_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate at most")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", args->temperature, "0 for greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", args->seed, "random seed for sampling")->capture_default_str();
-  cmd->add_option("--device", args->device, "cpu (cuda:N once the CUDA backend lands)")->capture_default_str();
+  cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "auto, float16, bfloat16 or float32 (auto: bf16 where the GPU has it)")
+      ->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past the end-of-sequence token");
   cmd->callback([&runner, args] { runner = [args] { return run_generate(*args); }; });
 }
