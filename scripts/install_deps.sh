@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libgtest-dev
-  libsentencepiece-dev libpcre2-dev libxxhash-dev
+  libsentencepiece-dev libpcre2-dev libxxhash-dev libicu-dev
   python3 python3-venv python3-pip
 )
 missing=()
@@ -28,6 +28,8 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import pytest, numpy, tokenizers, jinja2" 2>/dev/null; then
+# Installs again whenever requirements-test.txt changed since the last install.
+if ! cmp -s requirements-test.txt .venv/.requirements-installed; then
   .venv/bin/pip install -q --disable-pip-version-check -r requirements-test.txt
+  cp requirements-test.txt .venv/.requirements-installed
 fi
