@@ -15,15 +15,48 @@
 namespace tessera::model {
 
 Transformer::Transformer(ModelSpec spec, ModelWeights weights, backend::Backend& backend)
-    : spec_(std::move(spec)), weights_(std::move(weights)), backend_(backend) {}
+    : spec_(std::move(spec)), shard_(make_tp_shard(spec_, 0, 1)), weights_(std::move(weights)), backend_(backend) {}
+
+Transformer::Transformer(ModelSpec spec, TpShard shard, ModelWeights weights, backend::Backend& backend,
+                         comm::Communicator* comm)
+    : spec_(std::move(spec)), shard_(shard), weights_(std::move(weights)), backend_(backend) {
+  set_communicator(comm);
+}
+
+void Transformer::set_communicator(comm::Communicator* comm) {
+  if (shard_.world_size > 1) {
+    TESSERA_CHECK(comm != nullptr && comm->world_size() == shard_.world_size && comm->rank() == shard_.rank);
+  }
+  comm_ = comm;
+}
+
+void Transformer::all_reduce(Tensor& partial) {
+  if (shard_.world_size > 1) comm_->all_reduce_sum(partial);
+}
+
+Tensor Transformer::gather_logits(const Tensor& local) {
+  if (shard_.world_size == 1) return backend_.to_host_f32(local);
+  const int64_t m = local.dim(0), rows = shard_.vocab_rows, world = shard_.world_size;
+  Tensor gathered = Tensor::empty({world, m, rows}, DType::kF32, backend_.allocator());
+  comm_->all_gather(local, gathered);
+  Tensor parts = backend_.to_host_f32(gathered);  // [world, m, rows]: rank r's columns of every row
+  Tensor logits = Tensor::empty({m, spec_.vocab_size}, DType::kF32);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t r = 0; r < world; ++r) {
+      const int64_t begin = r * rows, count = std::clamp<int64_t>(spec_.vocab_size - begin, 0, rows);
+      std::copy_n(parts.data<float>() + (r * m + i) * rows, count, logits.data<float>() + i * spec_.vocab_size + begin);
+    }
+  }
+  return logits;
+}
 
 backend::PagedKvCache Transformer::allocate_cache(int64_t num_blocks, int64_t block_size) {
   backend::PagedKvCache cache;
   cache.num_blocks = num_blocks;
   cache.block_size = block_size;
-  cache.num_kv_heads = spec_.num_kv_heads;
+  cache.num_kv_heads = shard_.num_kv_heads;
   cache.head_dim = spec_.head_dim;
-  const Shape shape = {num_blocks, spec_.num_kv_heads, block_size, spec_.head_dim};
+  const Shape shape = {num_blocks, shard_.num_kv_heads, block_size, spec_.head_dim};
   for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
     cache.layers.push_back({Tensor::empty(shape, backend_.compute_dtype(), backend_.allocator()),
                             Tensor::empty(shape, backend_.compute_dtype(), backend_.allocator())});
@@ -59,11 +92,11 @@ Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& ca
 
   Tensor residual = activation(hidden);   // [n, hidden]
   Tensor normed = activation(hidden);     // [n, hidden]
-  Tensor qkv = activation(spec_.qkv_size());
-  Tensor attn_out = activation(spec_.q_size());
+  Tensor qkv = activation(shard_.qkv_size(spec_.head_dim));   // this rank's heads
+  Tensor attn_out = activation(shard_.q_size(spec_.head_dim));
   Tensor projected = activation(hidden);
-  Tensor gate_up = activation(2 * spec_.intermediate_size);
-  Tensor mlp_hidden = activation(spec_.intermediate_size);
+  Tensor gate_up = activation(2 * shard_.intermediate_size);  // this rank's units
+  Tensor mlp_hidden = activation(shard_.intermediate_size);
   const float eps = static_cast<float>(spec_.rms_norm_eps);
 
   backend_.embedding(weights_.embed, batch.token_ids, residual);
@@ -74,17 +107,19 @@ Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& ca
     backend::PagedKvLayer& kv = cache.layers[layer];
     trace("attn_norm", layer, normed);
     backend_.linear(normed, w.qkv, w.qkv_bias, qkv);
-    backend_.rope_and_cache_write(qkv, spec_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
+    backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
                                   cache.block_size);
     trace("qkv_rope", layer, qkv);
-    backend_.paged_attention(qkv, spec_.num_heads, layer_batch, kv, cache.block_size, attn_out);
+    backend_.paged_attention(qkv, shard_.num_heads, layer_batch, kv, cache.block_size, attn_out);
     trace("attention", layer, attn_out);
     backend_.linear(attn_out, w.o, Tensor(), projected);
+    all_reduce(projected);
     backend_.add_rms_norm(residual, projected, w.ffn_norm, eps, normed);  // residual += attention
     trace("ffn_norm", layer, normed);
     backend_.linear(normed, w.gate_up, Tensor(), gate_up);
     backend_.silu_mul(gate_up, mlp_hidden);
     backend_.linear(mlp_hidden, w.down, Tensor(), projected);
+    all_reduce(projected);
     trace("mlp", layer, projected);
     // residual += mlp, then the next layer's input norm (or the final norm).
     const Tensor& next_norm = layer + 1 < spec_.num_layers ? weights_.layers[layer + 1].attn_norm : weights_.final_norm;
@@ -96,9 +131,40 @@ Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& ca
   const int64_t m = static_cast<int64_t>(batch.logit_rows.size());
   Tensor selected = Tensor::empty({m, hidden}, dtype, allocator);
   backend_.gather_rows(normed, batch.logit_rows, selected);
-  Tensor logits = Tensor::empty({m, spec_.vocab_size}, DType::kF32, allocator);  // logits in f32 on every backend
+  // Logits in f32 on every backend; this rank's vocabulary rows.
+  Tensor logits = Tensor::empty({m, shard_.vocab_rows}, DType::kF32, allocator);
   backend_.linear(selected, weights_.lm_head, Tensor(), logits);
-  return backend_.to_host_f32(logits);
+  return gather_logits(logits);
+}
+
+namespace {
+void log_loaded(const ModelSpec& spec, const std::filesystem::path& model_dir,
+                std::chrono::steady_clock::time_point start) {
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log_info("loaded {} ({} layers, hidden {}, {} heads / {} kv heads, vocab {}) from {} in {:.2f} s", spec.architecture,
+           spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size, model_dir.string(),
+           seconds);
+}
+}  // namespace
+
+HostModel read_host_model(const std::filesystem::path& model_dir) {
+  auto start = std::chrono::steady_clock::now();
+  HostModel model;
+  model.spec = read_model_spec(model_dir);
+  const Architecture& arch = find_architecture(model.spec.architecture);
+  model.spec.qkv_bias = arch.qkv_bias;
+  Checkpoint checkpoint = Checkpoint::open(model_dir);
+  model.weights = assemble_weights(model.spec, arch, checkpoint);
+  log_loaded(model.spec, model_dir, start);
+  return model;
+}
+
+std::unique_ptr<Transformer> make_transformer(const HostModel& model, backend::Backend& backend,
+                                              comm::Communicator* comm) {
+  const int world = comm ? comm->world_size() : 1;
+  TpShard shard = make_tp_shard(model.spec, comm ? comm->rank() : 0, world);
+  ModelWeights weights = upload_weights(model.spec, model.weights, shard, backend);
+  return std::make_unique<Transformer>(model.spec, shard, std::move(weights), backend, world > 1 ? comm : nullptr);
 }
 
 std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model_dir, backend::Backend& backend) {
@@ -108,10 +174,7 @@ std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model
   spec.qkv_bias = arch.qkv_bias;
   Checkpoint checkpoint = Checkpoint::open(model_dir);
   ModelWeights weights = load_weights(spec, arch, checkpoint, backend);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log_info("loaded {} ({} layers, hidden {}, {} heads / {} kv heads, vocab {}) from {} in {:.2f} s", spec.architecture,
-           spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size, model_dir.string(),
-           seconds);
+  log_loaded(spec, model_dir, start);
   return std::make_unique<Transformer>(std::move(spec), std::move(weights), backend);
 }
 

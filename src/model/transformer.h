@@ -5,6 +5,12 @@
 // each at its own positions; it writes their keys and values into the paged
 // cache and attends over everything cached before. So a prefill, a chunk of a
 // prefill, or one decode token per sequence are the same call.
+//
+// Under tensor parallelism each rank runs this same forward on its shard
+// (shard.h) with a communicator: attention on its heads, the MLP on its
+// intermediate units, an all-reduce after o and after down, and the LM head on
+// its vocabulary rows followed by an all-gather, so every rank returns the
+// full logits. Nothing here depends on which rank it is.
 #pragma once
 
 #include <filesystem>
@@ -15,7 +21,9 @@
 
 #include "backend/backend.h"
 #include "backend/paged_kv.h"
+#include "comm/communicator.h"
 #include "model/model_spec.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace tessera::model {
@@ -31,15 +39,25 @@ using TraceFn = std::function<void(const std::string& name, int64_t layer, const
 
 class Transformer {
  public:
+  // The whole model on one device.
   Transformer(ModelSpec spec, ModelWeights weights, backend::Backend& backend);
+  // One tensor-parallel rank: `weights` is the shard's, `comm` (not owned,
+  // outlives the forwards) connects the shard.world_size ranks.
+  Transformer(ModelSpec spec, TpShard shard, ModelWeights weights, backend::Backend& backend,
+              comm::Communicator* comm);
 
-  const ModelSpec& spec() const { return spec_; }
+  const ModelSpec& spec() const { return spec_; }  // the whole model's
+  const TpShard& shard() const { return shard_; }
   backend::Backend& backend() { return backend_; }
 
-  // A zeroed paged cache of `num_blocks` blocks of `block_size` tokens, every layer.
+  // Replaces the communicator (after a failed group was built again).
+  void set_communicator(comm::Communicator* comm);
+
+  // A zeroed paged cache of `num_blocks` blocks of `block_size` tokens, every
+  // layer; under tensor parallelism of this rank's KV heads.
   backend::PagedKvCache allocate_cache(int64_t num_blocks, int64_t block_size);
 
-  // Returns host f32 logits [logit_rows.size(), vocab].
+  // Returns host f32 logits [logit_rows.size(), vocab], on every rank.
   Tensor forward(const ForwardBatch& batch, backend::PagedKvCache& cache);
 
   void set_trace(TraceFn trace) { trace_ = std::move(trace); }
@@ -49,13 +67,36 @@ class Transformer {
     if (trace_) trace_(name, layer, value);
   }
 
+  // Sums a row-parallel layer's partial outputs over the ranks.
+  void all_reduce(Tensor& partial);
+  // [m, shard.vocab_rows] f32 on every rank -> host [m, vocab].
+  Tensor gather_logits(const Tensor& local);
+
   ModelSpec spec_;
+  TpShard shard_;
   ModelWeights weights_;
   backend::Backend& backend_;
+  comm::Communicator* comm_ = nullptr;
   TraceFn trace_;
 };
 
 // Reads config.json, picks the architecture, loads and checks the weights.
 std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model_dir, backend::Backend& backend);
+
+// A model read once into host memory (f32), from which every tensor-parallel
+// rank makes its shard.
+struct HostModel {
+  ModelSpec spec;
+  CanonicalWeights weights;
+};
+
+// Reads config.json, picks the architecture, assembles and checks the weights.
+HostModel read_host_model(const std::filesystem::path& model_dir);
+
+// Rank comm->rank() of comm->world_size() on `backend`, or the whole model
+// when `comm` is null. Throws Error(kInvalidArgument) listing the sizes that
+// work when the world size does not split the model (shard.h).
+std::unique_ptr<Transformer> make_transformer(const HostModel& model, backend::Backend& backend,
+                                              comm::Communicator* comm = nullptr);
 
 }  // namespace tessera::model

@@ -104,10 +104,7 @@ class WeightAssembler {
     }
   }
 
-  Tensor take(const std::string& name) {
-    auto it = tensors_.find(name);
-    return it == tensors_.end() ? Tensor() : it->second;
-  }
+  std::map<std::string, Tensor> take_all() { return std::move(tensors_); }
 
  private:
   Tensor& tensor_for(const std::string& name) {
@@ -123,8 +120,7 @@ class WeightAssembler {
 
 }  // namespace
 
-ModelWeights load_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint,
-                          backend::Backend& backend) {
+CanonicalWeights assemble_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint) {
   WeightAssembler assembler(spec, checkpoint);
   for (const WeightSource& source : arch.sources) {
     const bool per_layer = source.checkpoint_pattern.find("{L}") != std::string::npos;
@@ -136,33 +132,55 @@ ModelWeights load_weights(const ModelSpec& spec, const Architecture& arch, const
       assembler.fill(with_layer(source.canonical_pattern, layer), source.part, source_name);
     }
   }
-
-  ModelWeights weights;
-  weights.embed = backend.upload_weight(assembler.take("embed"));
-  weights.final_norm = backend.upload_weight(assembler.take("final_norm"));
-  Tensor lm_head = assembler.take("lm_head");
-  if (!lm_head.defined()) {
-    if (!spec.tie_word_embeddings) {
-      log_warning("{}: no LM head tensor in the checkpoint; using the embeddings (tied)", checkpoint.dir().string());
-    }
-    weights.lm_head = weights.embed;
-  } else {
-    weights.lm_head = backend.upload_weight(lm_head);
-  }
-  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
-    auto take = [&](const char* part) { return assembler.take(with_layer(std::string("layers.{L}.") + part, layer)); };
-    LayerWeights lw;
-    lw.attn_norm = backend.upload_weight(take("attn_norm"));
-    lw.qkv = backend.upload_weight(take("qkv"));
-    Tensor bias = take("qkv_bias");
-    if (bias.defined()) lw.qkv_bias = backend.upload_weight(bias);
-    lw.o = backend.upload_weight(take("o"));
-    lw.ffn_norm = backend.upload_weight(take("ffn_norm"));
-    lw.gate_up = backend.upload_weight(take("gate_up"));
-    lw.down = backend.upload_weight(take("down"));
-    weights.layers.push_back(std::move(lw));
+  CanonicalWeights weights = assembler.take_all();
+  if (!weights.contains("lm_head") && !spec.tie_word_embeddings) {
+    log_warning("{}: no LM head tensor in the checkpoint; using the embeddings (tied)", checkpoint.dir().string());
   }
   return weights;
+}
+
+ModelWeights upload_weights(const ModelSpec& spec, const CanonicalWeights& weights, const TpShard& shard,
+                            backend::Backend& backend) {
+  auto find = [&](const std::string& name) {
+    auto it = weights.find(name);
+    return it == weights.end() ? Tensor() : it->second;
+  };
+  auto upload = [&](const std::string& name, const Tensor& full) {
+    return backend.upload_weight(shard_weight(spec, shard, name, full));
+  };
+  ModelWeights out;
+  out.embed = upload("embed", find("embed"));
+  out.final_norm = upload("final_norm", find("final_norm"));
+  Tensor lm_head = find("lm_head");
+  if (lm_head.defined()) {
+    out.lm_head = upload("lm_head", lm_head);
+  } else if (shard.world_size == 1) {
+    out.lm_head = out.embed;  // tied: one tensor
+  } else {
+    out.lm_head = upload("lm_head", find("embed"));  // tied: this rank's rows of the embeddings
+  }
+  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+    auto take = [&](const char* part) {
+      const std::string name = with_layer(std::string("layers.{L}.") + part, layer);
+      Tensor full = find(name);
+      return full.defined() ? upload(name, full) : Tensor();
+    };
+    LayerWeights lw;
+    lw.attn_norm = take("attn_norm");
+    lw.qkv = take("qkv");
+    lw.qkv_bias = take("qkv_bias");
+    lw.o = take("o");
+    lw.ffn_norm = take("ffn_norm");
+    lw.gate_up = take("gate_up");
+    lw.down = take("down");
+    out.layers.push_back(std::move(lw));
+  }
+  return out;
+}
+
+ModelWeights load_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint,
+                          backend::Backend& backend) {
+  return upload_weights(spec, assemble_weights(spec, arch, checkpoint), make_tp_shard(spec, 0, 1), backend);
 }
 
 }  // namespace tessera::model
