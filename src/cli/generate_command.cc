@@ -1,13 +1,23 @@
 // `tessera generate MODEL_DIR --prompt TEXT`: one generation, the text on
-// stdout and nothing else (logs go to stderr).
+// stdout and nothing else (logs go to stderr). With --tp N the model is split
+// over N tensor-parallel ranks (threads of this process on the CPU) and the
+// request runs through the serving engine, as `serve --tp N` runs it.
+#include <fmt/format.h>
+
 #include <cstdio>
+#include <functional>
+#include <optional>
 
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/tp_executor.h"
+#include "model/loader/hf_config.h"
+#include "model/shard.h"
 #include "model/transformer.h"
 #include "text/tokenizer.h"
 
@@ -23,15 +33,75 @@ struct GenerateArgs {
   std::string device = "cpu";
   std::string dtype = "auto";
   bool ignore_eos = false;
+  int tp = 1;
 };
+
+// The generation of `options` through an Engine over `tp` CPU ranks: the same
+// Sampler and stop rules as engine::generate.
+engine::GenerateResult generate_tensor_parallel(const model::HostModel& model, int tp,
+                                                const std::vector<int32_t>& prompt,
+                                                const engine::GenerateOptions& options, bool ignore_eos,
+                                                const std::function<void(int32_t)>& on_token) {
+  const int64_t total = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
+  if (model.spec.rope_scaling.type == model::RopeScalingType::kNone && total > model.spec.max_position_embeddings) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("prompt ({} tokens) plus max tokens ({}) exceeds the model's context of {} tokens",
+                            prompt.size(), options.max_new_tokens, model.spec.max_position_embeddings),
+                "shorten the prompt or lower --max-tokens");
+  }
+  engine::EngineConfig config;
+  config.block_size = options.block_size;
+  config.num_blocks = (total + options.block_size - 1) / options.block_size;
+  config.session_len = std::max<int64_t>(total, 2);
+  config.eos_ids = model.spec.eos_token_ids;
+  engine::TpExecutorConfig executor_config;
+  executor_config.tp = tp;
+  executor_config.num_blocks = config.num_blocks;
+  executor_config.block_size = config.block_size;
+  engine::Engine engine(config, std::make_unique<engine::TpExecutor>(model, executor_config));
+
+  engine::Request request;
+  request.prompt = prompt;
+  request.sampling = options.sampling;
+  request.max_tokens = options.max_new_tokens;
+  request.ignore_eos = ignore_eos;
+  std::shared_ptr<engine::RequestStream> stream = engine.submit(request);
+  engine::GenerateResult result;
+  while (true) {
+    engine::TokenEvent event = stream->next();
+    if (event.has_token()) {
+      result.tokens.push_back(event.token);
+      if (on_token) on_token(event.token);
+    }
+    if (!event.last()) continue;
+    if (*event.finish == engine::FinishReason::kError) {
+      throw Error(event.error_kind.value_or(ErrorKind::kInternal), event.error);
+    }
+    result.finish_reason =
+        *event.finish == engine::FinishReason::kStop ? engine::FinishReason::kStop : engine::FinishReason::kLength;
+    return result;
+  }
+}
 
 int run_generate(const GenerateArgs& args) {
   const Device device = parse_device(args.device);
+  if (args.tp > 1 && !device.is_cpu()) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("--tp {} runs on the CPU only so far", args.tp),
+                "use --device cpu with --tp, or --tp 1 on the GPU");
+  }
   const DType dtype = backend::choose_compute_dtype(args.dtype, device);
-  std::unique_ptr<backend::Backend> backend =
-      device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
   std::unique_ptr<text::Tokenizer> tokenizer = text::load_tokenizer(args.model_dir);
-  std::unique_ptr<model::Transformer> model = model::load_transformer(args.model_dir, *backend);
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<model::Transformer> model;
+  std::optional<model::HostModel> host_model;
+  if (args.tp > 1) {
+    model::check_tp_size(model::read_model_spec(args.model_dir), args.tp);  // before reading the weights
+    host_model = model::read_host_model(args.model_dir);
+  } else {
+    backend = device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
+    model = model::load_transformer(args.model_dir, *backend);
+  }
+  const model::ModelSpec& spec = host_model ? host_model->spec : model->spec();
 
   std::vector<int32_t> prompt = tokenizer->encode(args.prompt, /*add_special=*/true);
   if (prompt.empty()) {
@@ -41,7 +111,7 @@ int run_generate(const GenerateArgs& args) {
   engine::GenerateOptions options;
   options.max_new_tokens = args.max_tokens;
   options.sampling = {args.temperature, args.seed};
-  if (!args.ignore_eos) options.stop_ids = model->spec().eos_token_ids;
+  if (!args.ignore_eos) options.stop_ids = spec.eos_token_ids;
 
   std::vector<int32_t> generated;
   std::string printed;
@@ -58,7 +128,9 @@ int run_generate(const GenerateArgs& args) {
       printed = text;
     }
   };
-  engine::GenerateResult result = engine::generate(*model, prompt, options, on_token);
+  engine::GenerateResult result =
+      host_model ? generate_tensor_parallel(*host_model, args.tp, prompt, options, args.ignore_eos, on_token)
+                 : engine::generate(*model, prompt, options, on_token);
   std::string text = tokenizer->decode(generated, /*skip_special=*/true);
   if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
     std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
@@ -82,6 +154,9 @@ void add_generate_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--dtype", args->dtype, "auto, float16, bfloat16 or float32 (auto: bf16 where the GPU has it)")
       ->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past the end-of-sequence token");
+  cmd->add_option("--tp", args->tp, "tensor-parallel ranks (on the CPU: threads of this process)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([&runner, args] { runner = [args] { return run_generate(*args); }; });
 }
 
