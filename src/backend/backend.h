@@ -33,6 +33,11 @@ class Backend {
   // the batch's positions and block tables here, once, for every layer.
   virtual void prepare(const AttentionBatch& batch) { (void)batch; }
 
+  // dst = src, same shape and dtype, both on this backend (queued, not waited for).
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  // Waits until every queued op has finished (benchmarks time with this).
+  virtual void synchronize() = 0;
+
   // out[i, :] = table[ids[i], :]          table [vocab, hidden], out [n, hidden]
   virtual void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;
   // out = x / rms(x) * weight               x, out [n, hidden], weight [hidden]

@@ -1,13 +1,10 @@
-// `tessera bench decode`: single-stream decode speed, reported as tokens/s and
-// as a fraction of the memory-bandwidth limit measured in the same run (every
-// decode step reads all weights once, so bytes per step ÷ copy bandwidth is the
-// fastest a step can be).
+// `tessera bench decode`: single-stream prefill and decode speed on any
+// backend, each reported against the physical limit measured in the same run:
+// a decode step must read every weight once (bytes ÷ measured copy bandwidth),
+// a prefill is arithmetic (FLOPs ÷ measured matmul rate).
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -16,7 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/generate.h"
-#include "model/convert/demo_model.h"
+#include "model/random_weights.h"
 #include "model/transformer.h"
 
 namespace tessera::cli {
@@ -25,52 +22,100 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 struct BenchArgs {
   std::string model_dir;
-  std::string random_shape;  // "100m": a ~100M-parameter random Llama
+  std::string random_shape;
+  std::string device = "cpu";
+  std::string dtype = "auto";
   int64_t prompt_tokens = 16;
   int64_t decode_tokens = 64;
+  int64_t prefill_tokens = 0;
 };
 
-// Host copy bandwidth in bytes/s (read + write of a buffer far larger than caches).
-double measure_copy_bandwidth() {
-  const size_t bytes = size_t{512} << 20;
-  std::vector<char> source(bytes, 1), target(bytes, 0);
-  std::memcpy(target.data(), source.data(), bytes);  // fault the pages in first
-  double best = 0.0;
-  for (int i = 0; i < 3; ++i) {
-    auto start = Clock::now();
-    std::memcpy(target.data(), source.data(), bytes);
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    best = std::max(best, 2.0 * bytes / seconds);
-  }
-  return best;
+// Read + write bytes per second of a device-to-device copy far larger than caches.
+double measure_copy_bandwidth(backend::Backend& backend) {
+  const int64_t bytes = backend.device().is_cpu() ? (int64_t{512} << 20) : (int64_t{2} << 30);
+  Tensor a = Tensor::empty({bytes}, DType::kU8, backend.allocator());
+  Tensor b = Tensor::empty({bytes}, DType::kU8, backend.allocator());
+  backend.copy(a, b);
+  backend.synchronize();
+  const int repeats = 5;
+  auto start = Clock::now();
+  for (int i = 0; i < repeats; ++i) backend.copy(a, b);
+  backend.synchronize();
+  return 2.0 * bytes * repeats / seconds_since(start);
+}
+
+// FLOP/s of one large linear layer in the compute dtype (the prefill limit).
+double measure_matmul_rate(backend::Backend& backend) {
+  const int64_t n = backend.device().is_cpu() ? 1024 : 8192;
+  Tensor x = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
+  Tensor w = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
+  Tensor y = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
+  backend.linear(x, w, Tensor(), y);
+  backend.synchronize();
+  const int repeats = backend.device().is_cpu() ? 2 : 10;
+  auto start = Clock::now();
+  for (int i = 0; i < repeats; ++i) backend.linear(x, w, Tensor(), y);
+  backend.synchronize();
+  return 2.0 * n * n * n * repeats / seconds_since(start);
+}
+
+int64_t parameter_count(const model::ModelSpec& s) {
+  return s.num_layers * (s.qkv_size() * s.hidden_size + s.hidden_size * s.q_size() +
+                         3 * s.hidden_size * s.intermediate_size) +
+         s.vocab_size * s.hidden_size;  // the LM head; embedding rows read per token are negligible
+}
+
+void bench_prefill(model::Transformer& model, int64_t tokens, double matmul_rate) {
+  const model::ModelSpec& spec = model.spec();
+  std::vector<int32_t> prompt(tokens);
+  for (int64_t i = 0; i < tokens; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 3) % spec.vocab_size);
+  engine::GenerateOptions options;
+  options.max_new_tokens = 1;
+  engine::generate(model, prompt, options);  // warm-up: allocations, cuBLASLt plans
+  auto start = Clock::now();
+  engine::generate(model, prompt, options);
+  const double seconds = seconds_since(start);
+  const double flops = 2.0 * parameter_count(spec) * tokens;
+  fmt::print("prefill         {} tokens in {:.1f} ms ({:.0f} tokens/s, {:.1f} TFLOP/s in linear layers)\n", tokens,
+             seconds * 1e3, tokens / seconds, flops / seconds / 1e12);
+  fmt::print("matmul rate     {:.1f} TFLOP/s (measured now); prefill at {:.1f}% of it\n", matmul_rate / 1e12,
+             100.0 * flops / seconds / matmul_rate);
 }
 
 int run_bench(const BenchArgs& args) {
-  std::filesystem::path model_dir = args.model_dir;
-  std::filesystem::path temporary;
+  const Device device = parse_device(args.device);
+  const DType dtype = backend::choose_compute_dtype(args.dtype, device);
+  std::unique_ptr<backend::Backend> backend =
+      device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
+  std::unique_ptr<model::Transformer> model;
   if (!args.random_shape.empty()) {
-    if (args.random_shape != "100m") {
-      throw Error(ErrorKind::kInvalidArgument, "unknown --random shape '" + args.random_shape + "'", "use --random 100m");
-    }
-    model::RandomLlamaShape shape{768, 12, 12, 12, 2048, 8192, 4096};
-    temporary = std::filesystem::temp_directory_path() / fmt::format("tessera-bench-{}", ::getpid());
-    model::write_random_llama(temporary, shape, 1);
-    model_dir = temporary;
-    log_info("random Llama with {:.1f}M parameters in {}", shape.parameter_count() / 1e6, temporary.string());
-  } else if (model_dir.empty()) {
-    throw Error(ErrorKind::kInvalidArgument, "bench decode needs a MODEL_DIR or --random 100m");
+    model = model::make_random_transformer(model::random_model_spec(args.random_shape), *backend, 1);
+  } else if (!args.model_dir.empty()) {
+    model = model::load_transformer(args.model_dir, *backend);
+  } else {
+    throw Error(ErrorKind::kInvalidArgument, "bench decode needs a MODEL_DIR or --random SHAPE",
+                "e.g. tessera bench decode --random internlm2_5-7b --device cuda");
   }
-
-  std::unique_ptr<backend::Backend> backend = backend::make_cpu_backend();
-  std::unique_ptr<model::Transformer> model = model::load_transformer(model_dir, *backend);
-  if (!temporary.empty()) std::filesystem::remove_all(temporary);
   const model::ModelSpec& spec = model->spec();
+  const double element_bytes = static_cast<double>(dtype_bytes(backend->compute_dtype(), 1));
+  const double bandwidth = measure_copy_bandwidth(*backend);
+  fmt::print("model           {} ({:.2f}B parameters read per token, {} on {})\n",
+             args.random_shape.empty() ? args.model_dir : "random " + args.random_shape, parameter_count(spec) / 1e9,
+             dtype_name(backend->compute_dtype()), device.to_string());
+  fmt::print("copy bandwidth  {:.1f} GB/s (read + write, measured now)\n", bandwidth / 1e9);
+  if (args.prefill_tokens > 0) bench_prefill(*model, args.prefill_tokens, measure_matmul_rate(*backend));
 
   std::vector<int32_t> prompt(args.prompt_tokens);
   for (int64_t i = 0; i < args.prompt_tokens; ++i) prompt[i] = static_cast<int32_t>((i * 7 + 3) % spec.vocab_size);
   engine::GenerateOptions options;
+  options.max_new_tokens = std::min<int64_t>(args.decode_tokens, 8);
+  engine::generate(*model, prompt, options);  // warm-up
   options.max_new_tokens = args.decode_tokens;
   std::vector<Clock::time_point> token_times;
   auto start = Clock::now();
@@ -79,25 +124,15 @@ int run_bench(const BenchArgs& args) {
   const double decode_seconds = std::chrono::duration<double>(token_times.back() - token_times.front()).count();
   const double decode_steps = static_cast<double>(token_times.size() - 1);
   const double step_seconds = decode_seconds / decode_steps;
-
-  // Bytes one decode step must read: every weight (lm_head once even when tied,
-  // embedding rows are negligible) in the compute dtype, plus the KV cache so far.
-  const double weight_bytes =
-      4.0 * (spec.num_layers * (spec.qkv_size() * spec.hidden_size + spec.hidden_size * spec.q_size() +
-                                3 * spec.hidden_size * spec.intermediate_size) +
-             spec.vocab_size * spec.hidden_size);
-  const double kv_bytes =
-      4.0 * 2 * spec.num_layers * spec.kv_size() * (args.prompt_tokens + args.decode_tokens / 2.0);
-  const double bandwidth = measure_copy_bandwidth();
+  const double weight_bytes = element_bytes * parameter_count(spec);
+  const double kv_bytes = element_bytes * 2 * spec.num_layers * spec.kv_size() *
+                          (args.prompt_tokens + args.decode_tokens / 2.0);
   const double limit_seconds = (weight_bytes + kv_bytes) / bandwidth;
-  fmt::print("model           {}\n", args.random_shape.empty() ? args.model_dir : "random " + args.random_shape);
-  fmt::print("prefill         {} tokens in {:.1f} ms ({:.0f} tokens/s)\n", args.prompt_tokens, prefill_seconds * 1e3,
-             args.prompt_tokens / prefill_seconds);
+  fmt::print("first token     {:.1f} ms after a {}-token prompt\n", prefill_seconds * 1e3, args.prompt_tokens);
   fmt::print("decode          {:.1f} tokens/s ({:.3f} ms/token over {} steps, batch 1)\n", 1.0 / step_seconds,
              step_seconds * 1e3, decode_steps);
-  fmt::print("copy bandwidth  {:.2f} GB/s (memcpy, measured now)\n", bandwidth / 1e9);
-  fmt::print("bytes/step      {:.1f} MB (f32 weights + KV)\n", (weight_bytes + kv_bytes) / 1e6);
-  fmt::print("of the limit    {:.1f}% (limit {:.3f} ms/token)\n", 100.0 * limit_seconds / step_seconds,
+  fmt::print("bytes/step      {:.1f} MB (weights + KV cache)\n", (weight_bytes + kv_bytes) / 1e6);
+  fmt::print("of the limit    {:.1f}% (bandwidth limit {:.3f} ms/token)\n", 100.0 * limit_seconds / step_seconds,
              limit_seconds * 1e3);
   return 0;
 }
@@ -108,11 +143,16 @@ void add_bench_command(CLI::App& app, Runner& runner) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
-  CLI::App* decode = bench->add_subcommand("decode", "Single-stream decode speed against the bandwidth limit");
+  CLI::App* decode = bench->add_subcommand("decode", "Single-stream prefill and decode speed against the hardware limit");
   decode->add_option("model_dir", args->model_dir, "model directory (or use --random)");
-  decode->add_option("--random", args->random_shape, "benchmark a random model instead: 100m");
+  decode->add_option("--random", args->random_shape, "a random model of a known shape: 100m, internlm2_5-7b, internlm2_5-20b");
+  decode->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+  decode->add_option("--dtype", args->dtype, "auto, float16, bfloat16 or float32")->capture_default_str();
   decode->add_option("--prompt-tokens", args->prompt_tokens)->capture_default_str()->check(CLI::PositiveNumber);
   decode->add_option("--decode-tokens", args->decode_tokens)->capture_default_str()->check(CLI::Range(2, 100000));
+  decode->add_option("--prefill-tokens", args->prefill_tokens, "also time one prefill of this many tokens")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   decode->callback([&runner, args] { runner = [args] { return run_bench(*args); }; });
 }
 

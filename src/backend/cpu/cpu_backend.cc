@@ -2,6 +2,8 @@
 // kernels.h. Shapes are checked here, once, so kernels can trust their sizes.
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
@@ -37,6 +39,12 @@ class CpuBackend final : public Backend {
     return host.dtype() == DType::kF32 && host.contiguous() && host.device().is_cpu() ? host : host.to_f32();
   }
   Tensor to_host_f32(const Tensor& t) override { return t.to_f32(); }
+
+  void copy(const Tensor& src, Tensor& dst) override {
+    TESSERA_CHECK(src.nbytes() == dst.nbytes() && src.contiguous() && dst.contiguous());
+    std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+  }
+  void synchronize() override {}
 
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
     expect_f32(table, "embedding table");

@@ -102,6 +102,12 @@ class CudaBackend final : public Backend {
     return host;
   }
 
+  void copy(const Tensor& src, Tensor& dst) override {
+    TESSERA_CHECK(src.nbytes() == dst.nbytes() && src.contiguous() && dst.contiguous());
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDefault, stream_));
+  }
+  void synchronize() override { TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
   void prepare(const AttentionBatch& batch) override {
     token_seq_host_.assign(batch.positions.size(), 0);
     for (int64_t s = 0; s < batch.num_seqs(); ++s) {

@@ -1,0 +1,89 @@
+#include "model/random_weights.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+
+namespace tessera::model {
+
+ModelSpec random_model_spec(const std::string& name) {
+  ModelSpec spec;
+  spec.architecture = "LlamaForCausalLM";
+  spec.model_type = "llama";
+  spec.rms_norm_eps = 1e-5;
+  spec.max_position_embeddings = 32768;
+  spec.rope_theta = 1e6;
+  auto shape = [&](int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads, int64_t inter, int64_t vocab) {
+    spec.hidden_size = hidden;
+    spec.num_layers = layers;
+    spec.num_heads = heads;
+    spec.num_kv_heads = kv_heads;
+    spec.head_dim = hidden / heads;
+    spec.intermediate_size = inter;
+    spec.vocab_size = vocab;
+  };
+  if (name == "100m") shape(768, 12, 12, 12, 2048, 8192);
+  else if (name == "internlm2_5-7b") shape(4096, 32, 32, 8, 14336, 92544);
+  else if (name == "internlm2_5-20b") shape(6144, 48, 48, 8, 16384, 92544);
+  else {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("unknown random model shape '{}'", name),
+                "use 100m, internlm2_5-7b or internlm2_5-20b");
+  }
+  return spec;
+}
+
+namespace {
+
+// Uniform values with the standard deviation of a fan-in-scaled init, made
+// once on the host in the backend's compute dtype.
+Tensor random_host(Shape shape, double stddev, double offset, std::mt19937_64& rng, DType dtype) {
+  Tensor t = Tensor::empty(std::move(shape), DType::kF32);
+  std::uniform_real_distribution<float> dist(static_cast<float>(-stddev * std::sqrt(3.0)),
+                                             static_cast<float>(stddev * std::sqrt(3.0)));
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(offset) + dist(rng);
+  return t.to_dtype(dtype);
+}
+
+}  // namespace
+
+std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec, backend::Backend& backend, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const DType dtype = backend.compute_dtype();
+  const int64_t h = spec.hidden_size;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(h));
+  Tensor norm = random_host({h}, 0.05, 1.0, rng, dtype);
+  Tensor qkv = random_host({spec.qkv_size(), h}, scale, 0.0, rng, dtype);
+  Tensor o = random_host({h, spec.q_size()}, scale, 0.0, rng, dtype);
+  Tensor gate_up = random_host({2 * spec.intermediate_size, h}, scale, 0.0, rng, dtype);
+  Tensor down = random_host({h, spec.intermediate_size}, 1.0 / std::sqrt(double(spec.intermediate_size)), 0.0, rng, dtype);
+  // Each use gets its own memory, even where upload_weight would share the host tensor (CPU).
+  auto own = [&](const Tensor& host) {
+    Tensor uploaded = backend.upload_weight(host);
+    if (uploaded.buffer() != host.buffer()) return uploaded;
+    Tensor copy = Tensor::empty(host.shape(), dtype, backend.allocator());
+    backend.copy(uploaded, copy);
+    return copy;
+  };
+  ModelWeights weights;
+  weights.embed = backend.upload_weight(random_host({spec.vocab_size, h}, 1.0, 0.0, rng, dtype));
+  weights.lm_head = backend.upload_weight(random_host({spec.vocab_size, h}, scale, 0.0, rng, dtype));
+  weights.final_norm = own(norm);
+  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+    LayerWeights lw;
+    lw.attn_norm = own(norm);
+    lw.qkv = own(qkv);
+    lw.o = own(o);
+    lw.ffn_norm = own(norm);
+    lw.gate_up = own(gate_up);
+    lw.down = own(down);
+    weights.layers.push_back(std::move(lw));
+  }
+  backend.synchronize();
+  return std::make_unique<Transformer>(spec, std::move(weights), backend);
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,24 @@
+// A model with random weights made directly on a backend, with no files: what
+// benchmarks of large shapes use (writing and reading 15 GB of a 7B model's
+// random checkpoint would measure the disk). Layers share the same random
+// values but each has its own device copy, so memory traffic is the real one.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/model_spec.h"
+#include "model/transformer.h"
+
+namespace tessera::model {
+
+// Known shapes: "100m" (a ~100M-parameter Llama), "internlm2_5-7b" (hidden
+// 4096, 32 layers, 32/8 heads, intermediate 14336, vocab 92544: the shape of
+// the baseline measurements), "internlm2_5-20b" (hidden 6144, 48 layers, 48/8
+// heads, intermediate 16384). Throws Error(kInvalidArgument) listing them.
+ModelSpec random_model_spec(const std::string& name);
+
+std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec, backend::Backend& backend, uint64_t seed);
+
+}  // namespace tessera::model
