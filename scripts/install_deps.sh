@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libgtest-dev
-  libsentencepiece-dev libpcre2-dev libxxhash-dev libicu-dev
+  libsentencepiece-dev libpcre2-dev libxxhash-dev libicu-dev libboost-dev
   python3 python3-venv python3-pip
 )
 missing=()

@@ -1,0 +1,185 @@
+#include "server/completion_response.h"
+
+#include <cmath>
+
+#include "server/api_error.h"
+#include "server/sse.h"
+
+namespace tessera::server {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// JSON has no -infinity; a token that could not be drawn gets OpenAI-clients' usual floor.
+double finite(float logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
+
+Json bytes_of(const std::string& s) {
+  Json bytes = Json::array();
+  for (unsigned char c : s) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+}  // namespace
+
+CompletionResponse::CompletionResponse(CompletionMeta meta, std::unique_ptr<Generation> generation,
+                                       std::shared_ptr<Notifier> notifier, std::function<void(unsigned)> on_done)
+    : meta_(std::move(meta)),
+      generation_(std::move(generation)),
+      notifier_(std::move(notifier)),
+      on_done_(std::move(on_done)) {
+  if (meta_.kind == CompletionKind::kChat) {
+    logprobs_ = Json{{"content", Json::array()}};
+  } else {
+    logprobs_ = Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
+                     {"text_offset", Json::array()}};
+  }
+}
+
+CompletionResponse::~CompletionResponse() { cancel(); }
+
+void CompletionResponse::start(std::function<void()> wake) { notifier_->set(std::move(wake)); }
+
+void CompletionResponse::cancel() noexcept {
+  notifier_->set({});
+  try {
+    generation_->cancel();
+  } catch (...) {
+    // Aborting only queues an id; nothing here can fail in a way the client could see.
+  }
+  done(499);  // nginx's "client closed request"; counted, never sent
+}
+
+void CompletionResponse::done(unsigned status) {
+  if (done_) return;
+  done_ = true;
+  if (on_done_) on_done_(status);
+}
+
+Json CompletionResponse::usage() const {
+  return Json{{"prompt_tokens", generation_->prompt_tokens()},
+              {"completion_tokens", generation_->completion_tokens()},
+              {"total_tokens", generation_->prompt_tokens() + generation_->completion_tokens()}};
+}
+
+Json CompletionResponse::chunk_json(Json choice) const {
+  Json chunk = {{"id", meta_.id},
+                {"object", meta_.kind == CompletionKind::kChat ? "chat.completion.chunk" : "text_completion"},
+                {"created", meta_.created},
+                {"model", meta_.model},
+                {"choices", Json::array({std::move(choice)})}};
+  if (meta_.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+void CompletionResponse::append_logprobs(Json& into, const std::vector<TokenLogprobText>& logprobs, size_t offset) const {
+  for (const TokenLogprobText& t : logprobs) {
+    if (meta_.kind == CompletionKind::kChat) {
+      Json top = Json::array();
+      for (const auto& [token, lp] : t.top) {
+        top.push_back({{"token", token}, {"logprob", finite(lp)}, {"bytes", bytes_of(token)}});
+      }
+      into["content"].push_back(
+          {{"token", t.token}, {"logprob", finite(t.logprob)}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
+    } else {
+      Json top = Json::object();
+      for (const auto& [token, lp] : t.top) top[token] = finite(lp);
+      into["tokens"].push_back(t.token);
+      into["token_logprobs"].push_back(finite(t.logprob));
+      into["top_logprobs"].push_back(top);
+      into["text_offset"].push_back(offset);
+      offset += t.token.size();
+    }
+  }
+}
+
+Json CompletionResponse::logprobs_json(const std::vector<TokenLogprobText>& logprobs, size_t text_offset) const {
+  Json out = meta_.kind == CompletionKind::kChat
+                 ? Json{{"content", Json::array()}}
+                 : Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()},
+                        {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  append_logprobs(out, logprobs, text_offset);
+  return out;
+}
+
+bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
+  if (done_) return true;
+  const size_t offset_before = text_.size();
+  GenerationDelta delta = generation_->poll();
+  text_ += delta.text;
+  const bool chat = meta_.kind == CompletionKind::kChat;
+
+  if (meta_.stream) {
+    if (chat && !role_sent_) {
+      chunk += sse_event(chunk_json({{"index", 0},
+                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}));
+      role_sent_ = true;
+    }
+    if (!delta.empty()) {
+      Json choice = {{"index", 0}};
+      if (chat) {
+        choice["delta"] = {{"content", delta.text}};
+      } else {
+        choice["text"] = delta.text;
+      }
+      choice["logprobs"] = meta_.logprobs ? logprobs_json(delta.logprobs, offset_before) : Json(nullptr);
+      choice["finish_reason"] = nullptr;
+      chunk += sse_event(chunk_json(std::move(choice)));
+    }
+    if (!generation_->finished()) return false;
+    if (!generation_->error().empty()) {
+      const unsigned status = generation_->engine_unavailable() ? 503 : 500;
+      chunk += sse_event(Json::parse(error_body(status, generation_->error())));
+    } else {
+      Json choice = {{"index", 0}};
+      if (chat) {
+        choice["delta"] = Json::object();
+      } else {
+        choice["text"] = "";
+      }
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = *generation_->finish_reason();
+      chunk += sse_event(chunk_json(std::move(choice)));
+      if (meta_.include_usage) {
+        Json last = chunk_json(nullptr);
+        last["choices"] = Json::array();
+        last["usage"] = usage();
+        chunk += sse_event(last);
+      }
+    }
+    chunk += sse_done();
+    done(200);
+    return true;
+  }
+
+  if (meta_.logprobs) append_logprobs(logprobs_, delta.logprobs, offset_before);
+  if (!generation_->finished()) return false;
+  if (!generation_->error().empty()) {
+    response.status = generation_->engine_unavailable() ? 503 : 500;
+    response.body = error_body(response.status, generation_->error());
+    done(response.status);
+    return true;
+  }
+  Json choice = {{"index", 0}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+  } else {
+    choice["text"] = text_;
+  }
+  choice["logprobs"] = meta_.logprobs ? logprobs_ : Json(nullptr);
+  choice["finish_reason"] = *generation_->finish_reason();
+  Json body = {{"id", meta_.id},
+               {"object", chat ? "chat.completion" : "text_completion"},
+               {"created", meta_.created},
+               {"model", meta_.model},
+               {"choices", Json::array({std::move(choice)})},
+               {"usage", usage()}};
+  response.status = 200;
+  response.body = dump_json(body);
+  done(200);
+  return true;
+}
+
+}  // namespace tessera::server

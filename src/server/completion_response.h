@@ -1,0 +1,79 @@
+// The answers of /v1/chat/completions and /v1/completions: a PendingResponse
+// that turns a Generation into OpenAI's JSON, either one body at the end or
+// SSE chunks as the text grows (chat: chat.completion(.chunk); text:
+// text_completion).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "server/generation.h"
+#include "server/http_types.h"
+
+namespace tessera::server {
+
+enum class CompletionKind { kChat, kText };
+
+// The engine's notify callback, which exists before the connection's wake does.
+class Notifier {
+ public:
+  void set(std::function<void()> wake) {
+    std::lock_guard lock(mutex_);
+    wake_ = std::move(wake);
+  }
+  void notify() {
+    std::lock_guard lock(mutex_);
+    if (wake_) wake_();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::function<void()> wake_;
+};
+
+struct CompletionMeta {
+  CompletionKind kind = CompletionKind::kChat;
+  std::string id;     // "chatcmpl-..." / "cmpl-..."
+  std::string model;
+  int64_t created = 0;  // unix seconds
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+};
+
+class CompletionResponse : public PendingResponse {
+ public:
+  // `on_done` runs once, when the answer is complete or cancelled (it releases
+  // the in-flight slot and counts the response).
+  CompletionResponse(CompletionMeta meta, std::unique_ptr<Generation> generation,
+                     std::shared_ptr<Notifier> notifier, std::function<void(unsigned status)> on_done);
+  ~CompletionResponse() override;
+
+  bool streaming() const override { return meta_.stream; }
+  void start(std::function<void()> wake) override;
+  bool poll(std::string& chunk, HttpResponse& response) override;
+  void cancel() noexcept override;
+
+ private:
+  nlohmann::ordered_json chunk_json(nlohmann::ordered_json choice) const;
+  nlohmann::ordered_json usage() const;
+  nlohmann::ordered_json logprobs_json(const std::vector<TokenLogprobText>& logprobs, size_t text_offset) const;
+  void append_logprobs(nlohmann::ordered_json& into, const std::vector<TokenLogprobText>& logprobs, size_t offset) const;
+  void done(unsigned status);
+
+  CompletionMeta meta_;
+  std::unique_ptr<Generation> generation_;
+  std::shared_ptr<Notifier> notifier_;
+  std::function<void(unsigned)> on_done_;
+  bool role_sent_ = false;
+  bool done_ = false;
+  std::string text_;                  // non-streaming: everything so far
+  nlohmann::ordered_json logprobs_;   // non-streaming: accumulated logprobs
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,172 @@
+// The generation routes of ApiServer: /v1/chat/completions, /v1/completions
+// and /v1/encode (request → prompt ids → engine request → CompletionResponse).
+#include <fmt/format.h>
+
+#include <random>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "server/api_error.h"
+#include "server/api_server.h"
+#include "server/sse.h"
+
+namespace tessera::server {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+void check_model(const std::string& requested, const std::string& served) {
+  if (requested != served) {
+    throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}' (see GET /v1/models)",
+                                    requested, served),
+                   "invalid_request_error", "model", "model_not_found");
+  }
+}
+
+std::string token_string(const text::Tokenizer& tokenizer, std::optional<int32_t> id) {
+  return id ? tokenizer.id_to_piece(*id) : std::string();
+}
+
+std::string render_chat(const ServingContext& ctx, std::vector<text::ChatMessage> messages, bool add_generation_prompt,
+                        std::optional<Json> tools) {
+  text::ChatTemplateInput input;
+  input.messages = std::move(messages);
+  input.add_generation_prompt = add_generation_prompt;
+  input.bos_token = token_string(*ctx.tokenizer, ctx.tokenizer->bos_id());
+  input.eos_token = token_string(*ctx.tokenizer, ctx.tokenizer->eos_id());
+  input.tools = std::move(tools);
+  try {
+    return ctx.chat_template->render(input);
+  } catch (const Error& e) {
+    throw bad_request(fmt::format("the chat template '{}' refused the messages: {}", ctx.chat_template->name(),
+                                  e.message()),
+                      "messages", "invalid_value");
+  }
+}
+
+std::vector<int32_t> encode_text(const text::Tokenizer& tokenizer, const std::string& text, bool add_special,
+                                 const char* param) {
+  try {
+    return tokenizer.encode(text, add_special);
+  } catch (const Error& e) {
+    throw bad_request(e.message(), param, "invalid_value");
+  }
+}
+
+std::string new_id(const char* prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}-{:016x}", prefix, rng());
+}
+
+std::string clip(const std::string& s, size_t limit) {
+  return limit == 0 || s.size() <= limit ? s : s.substr(0, limit) + "...";
+}
+
+}  // namespace
+
+HttpResponse ApiServer::chat_completions(const HttpRequest& request, const ServingContext& ctx) {
+  ChatCompletionRequest r = parse_chat_completion_request(request.body);
+  check_model(r.model, options_.model_name);
+  const std::string prompt = render_chat(ctx, std::move(r.messages), r.add_generation_prompt, std::move(r.tools));
+  log_debug("chat prompt: {}", clip(prompt, options_.max_log_len));
+  // The template wrote the special tokens (BOS included): none are added again.
+  std::vector<int32_t> ids = encode_text(*ctx.tokenizer, prompt, /*add_special=*/false, "messages");
+  return start_generation(ctx, CompletionKind::kChat, std::move(ids), r.options,
+                          r.options.ignore_eos ? std::vector<int32_t>{} : ctx.chat_stop_ids);
+}
+
+HttpResponse ApiServer::completions(const HttpRequest& request, const ServingContext& ctx) {
+  CompletionRequest r = parse_completion_request(request.body);
+  check_model(r.model, options_.model_name);
+  std::vector<int32_t> ids = std::move(r.prompt_ids);
+  if (r.prompt_text) {
+    log_debug("completion prompt: {}", clip(*r.prompt_text, options_.max_log_len));
+    ids = encode_text(*ctx.tokenizer, *r.prompt_text, /*add_special=*/true, "prompt");
+  }
+  return start_generation(ctx, CompletionKind::kText, std::move(ids), r.options, {});
+}
+
+HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKind kind, std::vector<int32_t> prompt,
+                                         const GenerationOptions& options, std::vector<int32_t> extra_stop_ids) {
+  const char* param = kind == CompletionKind::kChat ? "messages" : "prompt";
+  if (prompt.empty()) throw bad_request("the prompt is empty after tokenization", param, "invalid_value");
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
+  if (prompt_tokens >= ctx.session_len) {
+    throw bad_request(fmt::format("the prompt has {} tokens, but this server's session length is {} tokens "
+                                  "(prompt and completion together; see --session-len): shorten the prompt",
+                                  prompt_tokens, ctx.session_len),
+                      param, "context_length_exceeded");
+  }
+  if (options_.max_concurrent_requests > 0 && in_flight_.load() >= options_.max_concurrent_requests) {
+    throw ApiError(429, fmt::format("the server is busy: {} requests in flight (--max-concurrent-requests)",
+                                    options_.max_concurrent_requests),
+                   "rate_limit_error", std::nullopt, "too_many_requests");
+  }
+
+  engine::Request request;
+  request.prompt = std::move(prompt);
+  request.sampling = options.sampling;
+  request.stop_ids = options.stop_token_ids;
+  request.stop_ids.insert(request.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
+  if (options.max_tokens) request.max_tokens = *options.max_tokens;
+  request.min_tokens = options.min_tokens;
+  request.ignore_eos = options.ignore_eos;
+  request.logprobs = options.logprobs;
+  request.top_logprobs = options.top_logprobs;
+  const engine::Clock::time_point arrival = request.arrival;
+
+  auto notifier = std::make_shared<Notifier>();
+  std::shared_ptr<engine::RequestStream> stream;
+  try {
+    stream = ctx.engine->submit(std::move(request), [notifier] { notifier->notify(); });
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kInvalidArgument) throw;
+    throw bad_request(e.message(), std::nullopt, "invalid_value");
+  }
+
+  const std::string route = kind == CompletionKind::kChat ? "/v1/chat/completions" : "/v1/completions";
+  CompletionMeta meta;
+  meta.kind = kind;
+  meta.id = new_id(kind == CompletionKind::kChat ? "chatcmpl" : "cmpl");
+  meta.model = options_.model_name;
+  meta.created = std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch()).count();
+  meta.stream = options.stream;
+  meta.include_usage = options.include_usage;
+  meta.logprobs = options.logprobs;
+  auto generation = std::make_unique<Generation>(*ctx.engine, *ctx.tokenizer, metrics_, stream, options, prompt_tokens,
+                                                 arrival);
+  ++in_flight_;
+  HttpResponse response;
+  response.pending = std::make_shared<CompletionResponse>(
+      std::move(meta), std::move(generation), std::move(notifier), [this, route](unsigned status) {
+        --in_flight_;
+        metrics_.count_response(route, status);
+      });
+  return response;
+}
+
+HttpResponse ApiServer::encode(const HttpRequest& request, const ServingContext& ctx) {
+  EncodeRequest r = parse_encode_request(request.body);
+  Json ids = Json::array();
+  Json lengths = Json::array();
+  for (const std::string& input : r.inputs) {
+    std::string text = input;
+    if (r.do_preprocess) {
+      text::ChatMessage message;
+      message.role = "user";
+      message.content = Json(input);
+      text = render_chat(ctx, {message}, /*add_generation_prompt=*/true, std::nullopt);
+    }
+    std::vector<int32_t> tokens = encode_text(*ctx.tokenizer, text, r.add_bos, "input");
+    lengths.push_back(tokens.size());
+    ids.push_back(tokens);
+  }
+  HttpResponse response;
+  response.body = dump_json(r.batched ? Json{{"input_ids", ids}, {"length", lengths}}
+                                      : Json{{"input_ids", ids[0]}, {"length", lengths[0]}});
+  return response;
+}
+
+}  // namespace tessera::server

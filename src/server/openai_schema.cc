@@ -1,0 +1,277 @@
+#include "server/openai_schema.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace tessera::server {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json parse_object(std::string_view body) {
+  Json json;
+  try {
+    json = Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    throw bad_request(fmt::format("the body is not valid JSON: {}", e.what()), std::nullopt, "invalid_json");
+  }
+  if (!json.is_object()) throw bad_request(fmt::format("the body must be a JSON object, not {}", json.type_name()));
+  return json;
+}
+
+// Typed, range-checked reads of an object's fields; absent and null are the same.
+class Fields {
+ public:
+  explicit Fields(const Json& object) : object_(object) {}
+
+  const Json* find(const std::string& name) const {
+    auto it = object_.find(name);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  std::optional<bool> boolean(const std::string& name) const {
+    const Json* v = find(name);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) throw wrong_type(name, "a boolean", *v);
+    return v->get<bool>();
+  }
+
+  std::optional<int64_t> integer(const std::string& name, int64_t lo, int64_t hi) const {
+    const Json* v = find(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer()) throw wrong_type(name, "an integer", *v);
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) throw out_of_range(name, lo, hi, v->dump());
+    int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) throw out_of_range(name, lo, hi, v->dump());
+    return x;
+  }
+
+  std::optional<double> number(const std::string& name, double lo, double hi) const {
+    const Json* v = find(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) throw wrong_type(name, "a number", *v);
+    double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi) throw out_of_range(name, lo, hi, v->dump());
+    return x;
+  }
+
+  std::optional<std::string> string(const std::string& name) const {
+    const Json* v = find(name);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) throw wrong_type(name, "a string", *v);
+    return v->get<std::string>();
+  }
+
+  static ApiError wrong_type(const std::string& name, const char* expected, const Json& got) {
+    return bad_request(fmt::format("'{}' must be {}, not {}", name, expected, got.type_name()), name, "invalid_type");
+  }
+  template <typename T>
+  static ApiError out_of_range(const std::string& name, T lo, T hi, const std::string& got) {
+    return bad_request(fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, got), name,
+                       "invalid_value");
+  }
+
+ private:
+  const Json& object_;
+};
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMaxTokenId = std::numeric_limits<int32_t>::max();
+
+std::string required_model(const Fields& f) {
+  std::optional<std::string> model = f.string("model");
+  if (!model) throw bad_request("'model' is required", "model", "missing_required_parameter");
+  return *model;
+}
+
+std::vector<int32_t> token_ids(const Json& array, const std::string& name) {
+  std::vector<int32_t> ids;
+  for (const Json& v : array) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId) {
+      throw bad_request(fmt::format("'{}' must hold token ids (non-negative integers), found {}", name, v.dump()),
+                        name, "invalid_value");
+    }
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  return ids;
+}
+
+// The fields chat and text completions share. `logprobs` differs between the
+// two APIs and is read by the callers.
+GenerationOptions parse_generation_options(const Json& body, bool chat) {
+  Fields f(body);
+  GenerationOptions o;
+  if (chat) {
+    o.max_tokens = f.integer("max_completion_tokens", 1, kMaxInt);
+    if (!o.max_tokens) o.max_tokens = f.integer("max_tokens", 1, kMaxInt);
+  } else {
+    o.max_tokens = f.integer("max_tokens", 1, kMaxInt).value_or(16);
+  }
+  o.min_tokens = f.integer("min_tokens", 0, kMaxInt).value_or(0);
+  engine::SamplingParams& s = o.sampling;
+  s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(0.7));
+  s.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0).value_or(1.0));
+  if (s.top_p <= 0.0f) throw bad_request("'top_p' must be greater than 0 and at most 1", "top_p", "invalid_value");
+  const int64_t top_k = f.integer("top_k", -1, std::numeric_limits<int32_t>::max()).value_or(40);
+  s.top_k = top_k <= 0 ? 0 : static_cast<int32_t>(top_k);
+  s.min_p = static_cast<float>(f.number("min_p", 0.0, 1.0).value_or(0.0));
+  s.repetition_penalty = static_cast<float>(f.number("repetition_penalty", 0.0, 1e4).value_or(1.0));
+  if (s.repetition_penalty <= 0.0f) {
+    throw bad_request("'repetition_penalty' must be greater than 0", "repetition_penalty", "invalid_value");
+  }
+  s.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0).value_or(0.0));
+  s.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0).value_or(0.0));
+  if (std::optional<int64_t> seed = f.integer("seed", std::numeric_limits<int64_t>::min(), kMaxInt)) {
+    s.seed = static_cast<uint64_t>(*seed);
+    o.seed_given = true;
+  } else {
+    s.seed = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
+  }
+  if (const Json* stop = f.find("stop")) {
+    if (stop->is_string()) {
+      o.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() <= 64) {
+      for (const Json& s : *stop) {
+        if (!s.is_string()) throw bad_request("'stop' must be a string or a list of strings", "stop", "invalid_type");
+        o.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      throw bad_request("'stop' must be a string or a list of at most 64 strings", "stop", "invalid_type");
+    }
+  }
+  if (const Json* ids = f.find("stop_token_ids")) {
+    if (!ids->is_array()) throw Fields::wrong_type("stop_token_ids", "a list of token ids", *ids);
+    o.stop_token_ids = token_ids(*ids, "stop_token_ids");
+  }
+  o.ignore_eos = f.boolean("ignore_eos").value_or(false);
+  o.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
+  o.stream = f.boolean("stream").value_or(false);
+  if (const Json* options = f.find("stream_options")) {
+    if (!options->is_object()) throw Fields::wrong_type("stream_options", "an object", *options);
+    o.include_usage = Fields(*options).boolean("include_usage").value_or(false);
+  }
+  if (f.integer("n", 1, 128).value_or(1) != 1) {
+    throw bad_request("'n' greater than 1 is not supported yet; send n separate requests", "n", "unsupported_value");
+  }
+  if (const Json* bias = f.find("logit_bias"); bias && !(bias->is_object() && bias->empty())) {
+    throw bad_request("'logit_bias' is not supported yet", "logit_bias", "unsupported_value");
+  }
+  if (const Json* format = f.find("response_format")) {
+    if (!format->is_object() || Fields(*format).string("type").value_or("text") != "text") {
+      throw bad_request("only {\"type\": \"text\"} is supported for 'response_format'", "response_format",
+                        "unsupported_value");
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+ChatCompletionRequest parse_chat_completion_request(std::string_view body_text) {
+  const Json body = parse_object(body_text);
+  Fields f(body);
+  ChatCompletionRequest r;
+  r.model = required_model(f);
+  const Json* messages = f.find("messages");
+  if (!messages) throw bad_request("'messages' is required", "messages", "missing_required_parameter");
+  if (!messages->is_array()) throw Fields::wrong_type("messages", "a list of messages", *messages);
+  if (messages->empty()) throw bad_request("'messages' must hold at least one message", "messages", "invalid_value");
+  static const std::vector<std::string> kRoles = {"system", "developer", "user", "assistant", "tool", "function"};
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const std::string param = fmt::format("messages[{}]", i);
+    const Json& m = (*messages)[i];
+    if (!m.is_object()) throw Fields::wrong_type(param, "a message object", m);
+    std::optional<std::string> role = Fields(m).string("role");
+    if (!role) throw bad_request(param + ".role is required", param + ".role", "missing_required_parameter");
+    if (std::find(kRoles.begin(), kRoles.end(), *role) == kRoles.end()) {
+      throw bad_request(fmt::format("{}.role '{}' is not one of system, developer, user, assistant, tool, function",
+                                    param, *role),
+                        param + ".role", "invalid_value");
+    }
+    try {
+      r.messages.push_back(text::ChatMessage::from_json(m));
+    } catch (const Error& e) {
+      throw bad_request(fmt::format("{}: {}", param, e.message()), param, "invalid_value");
+    }
+  }
+  if (const Json* tools = f.find("tools")) {
+    if (!tools->is_array()) throw Fields::wrong_type("tools", "a list of tools", *tools);
+    if (!tools->empty()) r.tools = *tools;
+  }
+  r.add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
+  r.options = parse_generation_options(body, /*chat=*/true);
+  r.options.logprobs = f.boolean("logprobs").value_or(false);
+  if (std::optional<int64_t> top = f.integer("top_logprobs", 0, 20)) {
+    if (!r.options.logprobs && *top > 0) {
+      throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value");
+    }
+    r.options.top_logprobs = static_cast<int32_t>(*top);
+  }
+  return r;
+}
+
+CompletionRequest parse_completion_request(std::string_view body_text) {
+  const Json body = parse_object(body_text);
+  Fields f(body);
+  CompletionRequest r;
+  r.model = required_model(f);
+  const Json* prompt = f.find("prompt");
+  if (!prompt) throw bad_request("'prompt' is required", "prompt", "missing_required_parameter");
+  const char* kShapes = "'prompt' must be a string, a list of token ids, or a list of one of those";
+  const Json* one = prompt;
+  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
+    one = &(*prompt)[0];
+  } else if (prompt->is_array() && prompt->size() > 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
+    throw bad_request("more than one prompt per request is not supported yet; send one request each", "prompt",
+                      "unsupported_value");
+  }
+  if (one->is_string()) {
+    r.prompt_text = one->get<std::string>();
+  } else if (one->is_array() && !one->empty()) {
+    r.prompt_ids = token_ids(*one, "prompt");
+  } else {
+    throw bad_request(kShapes, "prompt", one->is_array() ? "invalid_value" : "invalid_type");
+  }
+  r.options = parse_generation_options(body, /*chat=*/false);
+  if (std::optional<int64_t> logprobs = f.integer("logprobs", 0, 20)) {
+    r.options.logprobs = true;
+    r.options.top_logprobs = static_cast<int32_t>(*logprobs);
+  }
+  if (f.boolean("echo").value_or(false)) throw bad_request("'echo' is not supported yet", "echo", "unsupported_value");
+  if (f.integer("best_of", 1, 128).value_or(1) != 1) {
+    throw bad_request("'best_of' greater than 1 is not supported yet", "best_of", "unsupported_value");
+  }
+  if (f.string("suffix").value_or("").size()) throw bad_request("'suffix' is not supported", "suffix", "unsupported_value");
+  return r;
+}
+
+EncodeRequest parse_encode_request(std::string_view body_text) {
+  const Json body = parse_object(body_text);
+  Fields f(body);
+  EncodeRequest r;
+  const Json* input = f.find("input");
+  if (!input) throw bad_request("'input' is required", "input", "missing_required_parameter");
+  if (input->is_string()) {
+    r.inputs.push_back(input->get<std::string>());
+  } else if (input->is_array()) {
+    r.batched = true;
+    for (const Json& s : *input) {
+      if (!s.is_string()) throw bad_request("'input' must be a string or a list of strings", "input", "invalid_type");
+      r.inputs.push_back(s.get<std::string>());
+    }
+  } else {
+    throw Fields::wrong_type("input", "a string or a list of strings", *input);
+  }
+  r.do_preprocess = f.boolean("do_preprocess").value_or(false);
+  r.add_bos = f.boolean("add_bos").value_or(true);
+  return r;
+}
+
+}  // namespace tessera::server

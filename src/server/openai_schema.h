@@ -1,0 +1,71 @@
+// The OpenAI request bodies tessera accepts, as typed structs.
+//
+// Parsing validates types and ranges and throws ApiError(400) naming the
+// field ("param") for anything wrong, so handlers only see valid values.
+// Unknown fields are ignored, as LMDeploy and vLLM do; fields whose meaning
+// tessera cannot honour yet (n > 1, echo, best_of > 1, logit_bias) are refused
+// with a message rather than silently ignored.
+//
+// Defaults follow LMDeploy's api_server (temperature 0.7, top_p 1.0, top_k 40;
+// max_tokens 16 for /v1/completions as OpenAI has it, none for chat), so a
+// client moving from LMDeploy sees the same sampling.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampler.h"
+#include "text/chat_template.h"
+
+namespace tessera::server {
+
+// What chat and text completions share.
+struct GenerationOptions {
+  std::optional<int64_t> max_tokens;    // new tokens at most; none: until the session ends
+  int64_t min_tokens = 0;
+  engine::SamplingParams sampling;      // seed random unless `seed` was given
+  bool seed_given = false;
+  std::vector<std::string> stop;        // stop strings (excluded from the text)
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;             // 0..20
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+};
+
+struct ChatCompletionRequest {
+  std::string model;
+  std::vector<text::ChatMessage> messages;  // at least one
+  std::optional<nlohmann::ordered_json> tools;
+  bool add_generation_prompt = true;
+  GenerationOptions options;
+};
+
+struct CompletionRequest {
+  std::string model;
+  std::optional<std::string> prompt_text;  // one of the two
+  std::vector<int32_t> prompt_ids;
+  GenerationOptions options;
+};
+
+// LMDeploy's /v1/encode: {"input": str | [str], "do_preprocess": bool, "add_bos": bool}.
+struct EncodeRequest {
+  std::vector<std::string> inputs;
+  bool batched = false;       // input was a list: the answer is lists too
+  bool do_preprocess = false; // render each input as a user message through the chat template
+  bool add_bos = true;
+};
+
+// Each throws ApiError(400) for malformed JSON, a wrong type or a value out of range.
+ChatCompletionRequest parse_chat_completion_request(std::string_view body);
+CompletionRequest parse_completion_request(std::string_view body);
+EncodeRequest parse_encode_request(std::string_view body);
+
+}  // namespace tessera::server
