@@ -232,10 +232,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       self->watching_ = false;
       if (ec || !self->pending_) return;
       char byte;
-      beast::error_code peek_error;
-      self->stream_.socket().non_blocking(true, peek_error);
+      beast::error_code mode_error, peek_error;
+      self->stream_.socket().non_blocking(true, mode_error);
       size_t n = self->stream_.socket().receive(asio::buffer(&byte, 1), tcp::socket::message_peek, peek_error);
-      self->stream_.socket().non_blocking(false, peek_error);
+      self->stream_.socket().non_blocking(false, mode_error);
       if (peek_error == asio::error::would_block) return self->watch_disconnect();
       if (peek_error || n == 0) {
         log_debug("client {} went away before its answer was complete", self->remote_);

@@ -203,6 +203,17 @@ TEST_F(serverHttp, StreamsChunkedEventsThenKeepsTheConnection) {
   EXPECT_EQ(cancelled_, 0);
 }
 
+TEST_F(serverHttp, StreamsOneAfterAnotherOnAKeptAliveConnectionAreNotCancelled) {
+  Client c(server_->port());
+  for (int i = 0; i < 4; ++i) {
+    c.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string response = c.read_until("0\r\n\r\n");
+    EXPECT_NE(response.find("data: [DONE]"), std::string::npos) << i << response;
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(cancelled_, 0);
+}
+
 TEST_F(serverHttp, ClientThatLeavesMidStreamCancelsIt) {
   Client c(server_->port());
   c.send("GET /long-stream HTTP/1.1\r\nHost: x\r\n\r\n");
