@@ -14,5 +14,8 @@ void add_generate_command(CLI::App& app, Runner& runner);
 void add_convert_command(CLI::App& app, Runner& runner);
 void add_demo_model_command(CLI::App& app, Runner& runner);
 void add_bench_command(CLI::App& app, Runner& runner);
+void add_serve_command(CLI::App& app, Runner& runner);
+void add_chat_command(CLI::App& app, Runner& runner);
+void add_check_env_command(CLI::App& app, Runner& runner);
 
 }  // namespace tessera::cli

@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "DEBUG, INFO, WARNING or ERROR")->capture_default_str();
 
   tessera::cli::Runner runner;
+  tessera::cli::add_serve_command(app, runner);
+  tessera::cli::add_chat_command(app, runner);
+  tessera::cli::add_check_env_command(app, runner);
   tessera::cli::add_generate_command(app, runner);
   tessera::cli::add_convert_command(app, runner);
   tessera::cli::add_demo_model_command(app, runner);

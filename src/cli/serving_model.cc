@@ -1,0 +1,164 @@
+#include "cli/serving_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/cpu_executor.h"
+
+namespace tessera::cli {
+
+void add_engine_options(CLI::App* cmd, EngineArgs& a) {
+  cmd->add_option("model_path", a.model_path, "Hugging Face model directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("--backend", a.backend, "turbomind (the GPU engine), pytorch (accepted: the same engine) or cpu")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"turbomind", "pytorch", "cpu"}));
+  cmd->add_option("--device", a.device, "auto, cpu, cuda or cuda:N (auto: the first GPU, else the CPU)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", a.dtype, "auto, float16, bfloat16 or float32 (auto: bfloat16 where the GPU has it)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "float16", "bfloat16", "float32"}));
+  cmd->add_option("--tp", a.tp, "tensor-parallel GPUs")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--session-len", a.session_len, "tokens per session, prompt and output (default: the model's context)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-batch-size", a.max_batch_size, "sequences per step (default: 256 on a GPU, 64 on the CPU)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cache-max-entry-count", a.cache_max_entry_count,
+                  "KV cache: < 1 a fraction of the memory free after the weights, >= 1 a number of blocks")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cache-block-seq-len", a.cache_block_seq_len, "tokens per KV block")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_flag("--enable-prefix-caching", a.enable_prefix_caching, "reuse the KV blocks of shared prompt prefixes");
+  cmd->add_option("--max-prefill-token-num", a.max_prefill_token_num, "tokens per step (long prompts are chunked)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--quant-policy", a.quant_policy, "KV cache quantization: 0 (none); 4 and 8 are not supported yet")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 4, 8}));
+  cmd->add_option("--model-format", a.model_format, "hf (or llama); awq, gptq and fp8 are not supported yet")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"hf", "llama", "awq", "gptq", "fp8"}));
+  cmd->add_option("--rope-scaling-factor", a.rope_scaling_factor, "dynamic NTK factor over the model's config (0: as configured)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--chat-template", a.chat_template, "a built-in template name or a .jinja file (default: the model's own)");
+  cmd->add_option("--nnodes", a.nnodes, "nodes in the tensor-parallel group")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--node-rank", a.node_rank, "this node's rank")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--master-addr", a.master_addr, "address of node 0")->capture_default_str();
+  cmd->add_option("--master-port", a.master_port, "port of node 0")->capture_default_str()->check(CLI::Range(1, 65535));
+}
+
+void check_supported(const EngineArgs& a) {
+  if (a.nnodes > 1 || a.node_rank > 0) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("serving across {} nodes is not supported yet", a.nnodes),
+                "run one server per node (--nnodes 1) behind a load balancer");
+  }
+  if (a.tp > 1) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("tensor parallelism (--tp {}) is not wired into the server yet", a.tp),
+                "run with --tp 1 on one GPU");
+  }
+  if (a.model_format != "hf" && a.model_format != "llama") {
+    throw Error(ErrorKind::kUnsupported, fmt::format("--model-format {} is not supported yet", a.model_format),
+                "use a Hugging Face checkpoint in float16, bfloat16 or float32 (--model-format hf)");
+  }
+  if (a.quant_policy != 0) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("--quant-policy {} (a quantized KV cache) is not supported yet", a.quant_policy),
+                "use --quant-policy 0");
+  }
+  if (a.rope_scaling_factor != 0.0) {
+    throw Error(ErrorKind::kUnsupported, "--rope-scaling-factor is not supported yet",
+                "set rope_scaling in the model's config.json, which tessera follows");
+  }
+}
+
+Device choose_device(const EngineArgs& a) {
+  if (a.backend == "cpu") {
+    if (a.device != "auto" && a.device != "cpu") {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--backend cpu contradicts --device {}", a.device),
+                  "drop --device, or use --backend turbomind for a GPU");
+    }
+    return Device::cpu();
+  }
+  if (a.device == "auto") {
+    if (backend::cuda_device_count() > 0) return Device::cuda(0);
+    log_warning("no usable CUDA device (this build or machine has none): serving on the CPU");
+    return Device::cpu();
+  }
+  Device device = parse_device(a.device);
+  if (!device.is_cpu() && device.index >= backend::cuda_device_count()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--device {}: this machine has {} usable CUDA device(s)", a.device, backend::cuda_device_count()),
+                "run `tessera check_env` to see the devices, or use --device cpu");
+  }
+  return device;
+}
+
+std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
+  check_supported(a);
+  if (a.backend == "pytorch") log_warning("--backend pytorch: tessera has one engine; serving with it");
+  auto s = std::make_unique<ServingModel>();
+  s->device = choose_device(a);
+  s->dtype = backend::choose_compute_dtype(a.dtype, s->device);
+  s->backend = s->device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(s->device.index, s->dtype);
+  s->tokenizer = text::load_tokenizer(a.model_path);
+  if (!a.chat_template.empty()) {
+    s->chat_template = text::ChatTemplate::from_option(a.chat_template);
+  } else {
+    s->chat_template = text::ChatTemplate::find_in_model_dir(a.model_path);
+    if (!s->chat_template) {
+      log_warning("{} has no chat template: chat prompts are the messages' contents joined ('base'); "
+                  "pass --chat-template NAME for a chat model",
+                  a.model_path);
+      s->chat_template = text::ChatTemplate::builtin("base");
+    }
+  }
+  log_info("loading {} on {}", a.model_path, s->device.to_string());
+  s->model = model::load_transformer(a.model_path, *s->backend);
+  const model::ModelSpec& spec = s->model->spec();
+
+  const int64_t max_batch_size = a.max_batch_size > 0 ? a.max_batch_size : (s->device.is_cpu() ? 64 : 256);
+  engine::MemoryPlanInput in;
+  in.weight_bytes = engine::weight_bytes(spec, s->dtype);
+  in.workspace_bytes = engine::workspace_bytes(spec, s->dtype, a.max_prefill_token_num + max_batch_size, max_batch_size);
+  in.block_bytes = engine::kv_block_bytes(spec, s->dtype, a.cache_block_seq_len);
+  in.block_size = a.cache_block_seq_len;
+  in.cache_max_entry_count = a.cache_max_entry_count;
+  in.session_len = a.session_len > 0 ? a.session_len : std::max<int64_t>(spec.max_position_embeddings, 2);
+  in.max_batch_size = max_batch_size;
+  // The weights are in memory already: the budget is what is free now plus them.
+  const size_t free_now = s->device.is_cpu() ? engine::host_available_memory()
+                                             : backend::cuda_device_info(s->device.index).free_memory;
+  in.memory_budget = free_now + in.weight_bytes;
+  if (s->device.is_cpu() && in.cache_max_entry_count < 1.0) {
+    // Host memory is shared with everything else: blocks beyond what a full
+    // batch of full sessions can use would only take RAM from the system.
+    const int64_t useful = max_batch_size * ((in.session_len + in.block_size - 1) / in.block_size);
+    const size_t left = in.memory_budget > in.weight_bytes + in.workspace_bytes
+                            ? in.memory_budget - in.weight_bytes - in.workspace_bytes : 0;
+    if (in.cache_max_entry_count * static_cast<double>(left) / static_cast<double>(in.block_bytes) > useful) {
+      log_info("CPU: the KV cache is capped at {} blocks ({} full sessions of {} tokens)", useful, max_batch_size,
+               in.session_len);
+      in.cache_max_entry_count = static_cast<double>(useful);
+    }
+  }
+  s->plan = engine::plan_memory(in);
+
+  engine::EngineConfig config;
+  config.scheduler.max_batch_size = max_batch_size;
+  config.scheduler.max_num_batched_tokens = a.max_prefill_token_num;
+  config.block_size = a.cache_block_seq_len;
+  config.num_blocks = s->plan.num_blocks;
+  config.session_len = s->plan.session_len;
+  config.enable_prefix_caching = a.enable_prefix_caching;
+  config.eos_ids = spec.eos_token_ids;
+  if (config.eos_ids.empty() && s->tokenizer->eos_id()) config.eos_ids.push_back(*s->tokenizer->eos_id());
+  s->engine = std::make_unique<engine::Engine>(
+      config, std::make_unique<engine::CpuExecutor>(*s->model, config.num_blocks, config.block_size));
+  return s;
+}
+
+}  // namespace tessera::cli

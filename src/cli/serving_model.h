@@ -1,0 +1,72 @@
+// What `serve api_server` and `chat` share: LMDeploy's engine flags, and the
+// start-up that turns them into a running engine (backend → weights → memory
+// plan → KV cache → engine) with its tokenizer and chat template.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "engine/memory_plan.h"
+#include "model/transformer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace tessera::cli {
+
+struct EngineArgs {
+  std::string model_path;
+  std::string backend = "turbomind";  // turbomind (the GPU), pytorch (accepted, same engine), cpu
+  std::string device = "auto";        // auto, cpu, cuda, cuda:N
+  std::string dtype = "auto";
+  int tp = 1;
+  int64_t session_len = 0;            // 0: the model's max_position_embeddings
+  int64_t max_batch_size = 0;         // 0: 256 on a GPU, 64 on the CPU
+  double cache_max_entry_count = 0.8;
+  int64_t cache_block_seq_len = 64;
+  bool enable_prefix_caching = false;
+  int64_t max_prefill_token_num = 8192;
+  int quant_policy = 0;
+  std::string model_format = "hf";
+  double rope_scaling_factor = 0.0;
+  std::string chat_template;          // a built-in name or a .jinja file; empty: the model's own
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+// Registers the engine flags (LMDeploy's names and defaults) on `cmd`.
+void add_engine_options(CLI::App* cmd, EngineArgs& args);
+
+// Everything a running model needs; destroyed in reverse order (the engine
+// stops before the model it runs).
+struct ServingModel {
+  Device device;
+  DType dtype = DType::kF32;
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<model::Transformer> model;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::optional<text::ChatTemplate> chat_template;
+  engine::MemoryPlan plan;
+  std::unique_ptr<engine::Engine> engine;
+};
+
+// Throws Error(kUnsupported) with a hint for flags whose features do not exist yet.
+void check_supported(const EngineArgs& args);
+
+// Refuses what is not supported yet with Error(kUnsupported) and a hint, then
+// loads. Throws Error for a bad model directory, a device problem or a memory
+// plan that does not fit.
+std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& args);
+
+// The device the flags mean: --backend cpu or --device cpu → the CPU; a GPU
+// backend with no GPU present falls back to the CPU with a warning unless a
+// CUDA device was named explicitly.
+Device choose_device(const EngineArgs& args);
+
+}  // namespace tessera::cli
