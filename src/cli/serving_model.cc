@@ -7,6 +7,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/cpu_executor.h"
+#include "engine/tp_executor.h"
+#include "model/loader/hf_config.h"
+#include "model/shard.h"
 
 namespace tessera::cli {
 
@@ -57,10 +60,6 @@ void check_supported(const EngineArgs& a) {
     throw Error(ErrorKind::kUnsupported, fmt::format("serving across {} nodes is not supported yet", a.nnodes),
                 "run one server per node (--nnodes 1) behind a load balancer");
   }
-  if (a.tp > 1) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("tensor parallelism (--tp {}) is not wired into the server yet", a.tp),
-                "run with --tp 1 on one GPU");
-  }
   if (a.model_format != "hf" && a.model_format != "llama") {
     throw Error(ErrorKind::kUnsupported, fmt::format("--model-format {} is not supported yet", a.model_format),
                 "use a Hugging Face checkpoint in float16, bfloat16 or float32 (--model-format hf)");
@@ -103,7 +102,10 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   auto s = std::make_unique<ServingModel>();
   s->device = choose_device(a);
   s->dtype = backend::choose_compute_dtype(a.dtype, s->device);
-  s->backend = s->device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(s->device.index, s->dtype);
+  if (a.tp > 1 && !s->device.is_cpu()) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("--tp {} runs on the CPU only so far", a.tp),
+                "use --backend cpu with --tp, or --tp 1 on one GPU");
+  }
   s->tokenizer = text::load_tokenizer(a.model_path);
   if (!a.chat_template.empty()) {
     s->chat_template = text::ChatTemplate::from_option(a.chat_template);
@@ -116,9 +118,19 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
       s->chat_template = text::ChatTemplate::builtin("base");
     }
   }
-  log_info("loading {} on {}", a.model_path, s->device.to_string());
-  s->model = model::load_transformer(a.model_path, *s->backend);
-  const model::ModelSpec& spec = s->model->spec();
+  log_info("loading {} on {}{}", a.model_path, s->device.to_string(),
+           a.tp > 1 ? fmt::format(" as {} tensor-parallel ranks", a.tp) : "");
+  std::optional<model::HostModel> host_model;  // tensor parallelism: read once, sharded by the executor
+  if (a.tp > 1) {
+    model::check_tp_size(model::read_model_spec(a.model_path), a.tp);  // before reading the weights
+    host_model = model::read_host_model(a.model_path);
+    s->spec = host_model->spec;
+  } else {
+    s->backend = s->device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(s->device.index, s->dtype);
+    s->model = model::load_transformer(a.model_path, *s->backend);
+    s->spec = s->model->spec();
+  }
+  const model::ModelSpec& spec = s->spec;
 
   const int64_t max_batch_size = a.max_batch_size > 0 ? a.max_batch_size : (s->device.is_cpu() ? 64 : 256);
   engine::MemoryPlanInput in;
@@ -156,8 +168,17 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   config.enable_prefix_caching = a.enable_prefix_caching;
   config.eos_ids = spec.eos_token_ids;
   if (config.eos_ids.empty() && s->tokenizer->eos_id()) config.eos_ids.push_back(*s->tokenizer->eos_id());
-  s->engine = std::make_unique<engine::Engine>(
-      config, std::make_unique<engine::CpuExecutor>(*s->model, config.num_blocks, config.block_size));
+  std::unique_ptr<engine::Executor> executor;
+  if (host_model) {
+    engine::TpExecutorConfig tp_config;
+    tp_config.tp = a.tp;
+    tp_config.num_blocks = config.num_blocks;
+    tp_config.block_size = config.block_size;
+    executor = std::make_unique<engine::TpExecutor>(*host_model, tp_config);
+  } else {
+    executor = std::make_unique<engine::CpuExecutor>(*s->model, config.num_blocks, config.block_size);
+  }
+  s->engine = std::make_unique<engine::Engine>(config, std::move(executor));
   return s;
 }
 

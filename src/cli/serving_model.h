@@ -23,7 +23,7 @@ struct EngineArgs {
   std::string backend = "turbomind";  // turbomind (the GPU), pytorch (accepted, same engine), cpu
   std::string device = "auto";        // auto, cpu, cuda, cuda:N
   std::string dtype = "auto";
-  int tp = 1;
+  int tp = 1;                         // > 1: ranks as threads of this process, on the CPU for now
   int64_t session_len = 0;            // 0: the model's max_position_embeddings
   int64_t max_batch_size = 0;         // 0: 256 on a GPU, 64 on the CPU
   double cache_max_entry_count = 0.8;
@@ -48,8 +48,9 @@ void add_engine_options(CLI::App* cmd, EngineArgs& args);
 struct ServingModel {
   Device device;
   DType dtype = DType::kF32;
-  std::unique_ptr<backend::Backend> backend;
-  std::unique_ptr<model::Transformer> model;
+  model::ModelSpec spec;
+  std::unique_ptr<backend::Backend> backend;        // with --tp 1 (the ranks own theirs otherwise)
+  std::unique_ptr<model::Transformer> model;        // with --tp 1
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::optional<text::ChatTemplate> chat_template;
   engine::MemoryPlan plan;

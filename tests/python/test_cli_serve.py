@@ -1,0 +1,144 @@
+"""The serving commands as a user runs them: `serve api_server` flags (LMDeploy's
+names; mistakes are usage errors that say what is wrong; features not there
+yet are refused with a hint), --tp on the CPU, `chat` in a terminal, and
+`check_env`."""
+
+import os
+import pty
+import select
+import subprocess
+import time
+
+import pytest
+import requests
+
+from test_server_helpers import Server, make_demo_model
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tessera_bin, tmp_path_factory):
+    return make_demo_model(tessera_bin, tmp_path_factory.mktemp("cli-serve") / "demo")
+
+
+def serve(binary, *args):
+    return subprocess.run([str(binary), "serve", "api_server", *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--bogus-flag"], "--bogus-flag"),
+    (["--dtype", "float64"], "float64"),
+    (["--backend", "vllm"], "vllm"),
+    (["--server-port", "70000"], "70000"),
+    (["--cache-max-entry-count", "-1"], "cache-max-entry-count"),
+    (["--quant-policy", "3"], "quant-policy"),
+    (["--max-batch-size", "zero"], "max-batch-size"),
+])
+def test_bad_flags_are_usage_errors_naming_the_problem(tessera_bin, demo_dir, args, message):
+    r = serve(tessera_bin, demo_dir, *args)
+    assert r.returncode != 0
+    assert message in r.stderr + r.stdout
+
+
+def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
+    r = serve(tessera_bin, tmp_path / "nope")
+    assert r.returncode != 0 and "nope" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model-format", "awq"], "--model-format awq is not supported yet"),
+    (["--quant-policy", "8"], "--quant-policy 8"),
+    (["--nnodes", "2"], "2 nodes"),
+    (["--rope-scaling-factor", "2.0"], "--rope-scaling-factor"),
+    (["--tp", "3", "--backend", "cpu"], "tensor-parallel sizes that work"),
+])
+def test_what_is_not_supported_yet_is_refused_with_a_hint(tessera_bin, demo_dir, args, message):
+    r = serve(tessera_bin, demo_dir, "--server-name", "127.0.0.1", "--server-port", "0", *args)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+    assert "hint:" in r.stderr
+
+
+def test_a_port_in_use_is_a_clear_error(tessera_bin, demo_dir, tmp_path):
+    s = Server(tessera_bin, demo_dir, tmp_path / "first.log")
+    try:
+        r = serve(tessera_bin, demo_dir, "--server-name", "127.0.0.1", "--server-port", s.port)
+        assert r.returncode != 0
+        assert "cannot listen" in r.stderr and "--server-port" in r.stderr
+    finally:
+        assert s.stop() == 0
+
+
+def greedy(server, prompt):
+    r = requests.post(server.url + "/v1/completions", timeout=60, json={
+        "model": "demo", "prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["text"]
+
+
+def test_tensor_parallel_ranks_serve_the_same_tokens(tessera_bin, demo_dir, tmp_path):
+    prompts = ["Once upon a time", "The little dog", "Hello"]
+    one = Server(tessera_bin, demo_dir, tmp_path / "tp1.log", "--backend", "cpu")
+    try:
+        expected = [greedy(one, p) for p in prompts]
+    finally:
+        assert one.stop() == 0
+    two = Server(tessera_bin, demo_dir, tmp_path / "tp2.log", "--backend", "cpu", "--tp", "2")
+    try:
+        assert [greedy(two, p) for p in prompts] == expected
+    finally:
+        assert two.stop() == 0
+
+
+def test_check_env_reports_the_machine_and_the_choice(tessera_bin):
+    r = subprocess.run([str(tessera_bin), "check_env"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for field in ["OS", "CPU", "memory", "NVIDIA driver", "CUDA (driver)", "NCCL", "GPUs", "tessera would use",
+                   "backend", "dtype", "communicator"]:
+        assert field in r.stdout, field
+
+
+def read_until(fd, marker, timeout=60):
+    out = b""
+    deadline = time.time() + timeout
+    while marker not in out and time.time() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    return out
+
+
+def test_chat_in_a_terminal_streams_replies_over_several_turns(tessera_bin, demo_dir):
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(str(tessera_bin), [str(tessera_bin), "chat", str(demo_dir), "--max-new-tokens", "12",
+                                    "--temperature", "0", "--log-level", "ERROR"])
+    try:
+        assert b">>> " in read_until(fd, b">>> ")
+        replies = []
+        for line in [b"Once upon a time\n", b"and then?\n"]:
+            os.write(fd, line)
+            out = read_until(fd, b">>> ")
+            assert out.endswith(b">>> "), out
+            replies.append(out.split(b"\n", 1)[1].rsplit(b"\n", 2)[0].strip())
+        assert all(replies), replies
+        os.write(fd, b"/reset\n")
+        assert b"cleared" in read_until(fd, b">>> ")
+        os.write(fd, b"Once upon a time\n")
+        again = read_until(fd, b">>> ").split(b"\n", 1)[1].rsplit(b"\n", 2)[0].strip()
+        assert again == replies[0], "after /reset the first turn should be answered as before"
+        os.write(fd, b"exit\n")
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        if pid:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        os.close(fd)
