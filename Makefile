@@ -1,5 +1,5 @@
 # tessera: the two commands of the README, and the steps they are made of.
-#   make demo   build, write the built-in demo model, generate from it
+#   make demo   build, write the built-in demo model, serve it (Ctrl-C stops the server)
 #   make test   build and run every test (C++ with ctest, Python with pytest)
 # Variables: TESSERA_CUDA=AUTO|ON|OFF (AUTO: on when nvcc is found),
 #            CUDA_ARCHS="90" for a quick single-architecture build, JOBS=N.
@@ -9,6 +9,7 @@ TESSERA_CUDA ?= AUTO
 CUDA_ARCHS ?= 75;80;86;89;90
 JOBS ?= $(shell nproc)
 PYTHON := .venv/bin/python
+PORT ?= 23333
 
 .PHONY: deps configure build test demo clean
 
@@ -29,11 +30,11 @@ test: build
 
 demo: build
 	@[ -f demo-model/config.json ] || $(BUILD)/tessera demo_model demo-model
-	$(BUILD)/tessera generate demo-model --prompt "Once upon a time" --max-tokens 48
+	@echo "Serving the built-in demo model (random weights: it speaks nonsense) on port $(PORT); Ctrl-C stops it."
+	@echo "From another terminal:"
+	@echo "  curl http://127.0.0.1:$(PORT)/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"demo-model\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"max_tokens\": 32}'"
 	@echo
-	@echo "That was the built-in demo model (random weights: it speaks nonsense)."
-	@echo "A real model directory works the same way:"
-	@echo "  $(BUILD)/tessera generate /path/to/internlm2_5-7b-chat --prompt 'Hello'"
+	$(BUILD)/tessera serve api_server demo-model --server-port $(PORT)
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log demo-model
