@@ -121,6 +121,7 @@ TEST_P(CudaVsCpu, LinearSiluMulAdd) {
 }
 
 // A batch of sequences with chunked prefill and decode tokens, shuffled blocks.
+// Steps with only decode tokens take the per-query kernel, others the tiled one.
 struct AttentionCase {
   int64_t heads, kv_heads, head_dim, block_size, window;
   std::vector<int32_t> context_lens;  // tokens in cache after the step, per sequence
@@ -137,6 +138,15 @@ TEST_P(CudaVsCpu, RopeCacheWriteAndPagedAttention) {
       {2, 2, 96, 8, 0, {33}, {33}},
       {2, 1, 256, 16, 0, {20}, {3}},
       {8, 4, 8, 16, 0, {21, 3}, {1, 3}},
+      // decode only (one new token per sequence): the per-query kernel
+      {8, 2, 128, 16, 0, {70, 33, 5}, {1, 1, 1}},
+      {4, 1, 64, 16, 5, {40, 2}, {1, 1}},
+      // long prefill chunks over several 64-query tiles: the tiled kernel
+      {4, 1, 64, 16, 0, {200}, {200}},
+      {4, 2, 128, 64, 0, {300, 150}, {130, 150}},
+      {4, 1, 64, 16, 20, {150, 70}, {150, 1}},
+      {2, 2, 96, 32, 0, {129}, {65}},
+      {2, 1, 256, 16, 0, {90}, {90}},
   };
   for (const AttentionCase& c : cases) {
     AttentionBatch batch;

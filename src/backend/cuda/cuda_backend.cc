@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/backend.h"
@@ -113,6 +114,24 @@ class CudaBackend final : public Backend {
     for (int64_t s = 0; s < batch.num_seqs(); ++s) {
       for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) token_seq_host_[t] = static_cast<int32_t>(s);
     }
+    // Query tiles for the prefill kernel: up to 64 consecutive new tokens of one sequence.
+    constexpr int32_t kQueriesPerTile = 64;
+    tile_seq_host_.clear();
+    tile_first_host_.clear();
+    tile_count_host_.clear();
+    max_new_tokens_ = 0;
+    for (int64_t s = 0; s < batch.num_seqs(); ++s) {
+      const int32_t begin = batch.query_start[s], end = batch.query_start[s + 1];
+      max_new_tokens_ = std::max(max_new_tokens_, end - begin);
+      for (int32_t first = begin; first < end; first += kQueriesPerTile) {
+        tile_seq_host_.push_back(static_cast<int32_t>(s));
+        tile_first_host_.push_back(first);
+        tile_count_host_.push_back(std::min(kQueriesPerTile, end - first));
+      }
+    }
+    tile_seq_ = tile_seq_buffer_.upload(tile_seq_host_, *allocator_, stream_);
+    tile_first_ = tile_first_buffer_.upload(tile_first_host_, *allocator_, stream_);
+    tile_count_ = tile_count_buffer_.upload(tile_count_host_, *allocator_, stream_);
     positions_ = positions_buffer_.upload(batch.positions, *allocator_, stream_);
     token_seq_ = token_seq_buffer_.upload(token_seq_host_, *allocator_, stream_);
     block_tables_ = block_tables_buffer_.upload(batch.block_tables, *allocator_, stream_);
@@ -184,6 +203,20 @@ class CudaBackend final : public Backend {
   void paged_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                        int64_t block_size, Tensor& out) override {
     expect_prepared(batch);
+    // A step of decode tokens only (one per sequence) takes the per-query kernel;
+    // anything with a prefill chunk takes the tiled one.
+    constexpr int32_t kTiledFrom = 2;
+    if (max_new_tokens_ >= kTiledFrom) {
+      dispatch(compute_dtype_, [&](auto tag) {
+        using T = decltype(tag);
+        cuda::launch_prefill_attention<T>(ptr<T>(qkv), positions_, tile_seq_, tile_first_, tile_count_,
+                                          static_cast<int64_t>(tile_seq_host_.size()), block_tables_,
+                                          batch.max_blocks_per_seq, num_heads, cache.keys.dim(1), cache.keys.dim(3),
+                                          block_size, batch.sliding_window, ptr<T>(cache.keys), ptr<T>(cache.values),
+                                          ptr<T>(out), stream_);
+      });
+      return;
+    }
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_paged_attention<T>(ptr<T>(qkv), positions_, token_seq_, block_tables_, batch.max_blocks_per_seq,
@@ -230,6 +263,12 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaAllocator> allocator_;
   std::unique_ptr<Gemm> gemm_;
 
+  DeviceVector<int32_t> tile_seq_buffer_, tile_first_buffer_, tile_count_buffer_;
+  std::vector<int32_t> tile_seq_host_, tile_first_host_, tile_count_host_;
+  const int32_t* tile_seq_ = nullptr;
+  const int32_t* tile_first_ = nullptr;
+  const int32_t* tile_count_ = nullptr;
+  int32_t max_new_tokens_ = 0;
   DeviceVector<int32_t> positions_buffer_, token_seq_buffer_, block_tables_buffer_, ids_buffer_, rows_buffer_;
   DeviceVector<float> inv_freq_buffer_;
   std::vector<int32_t> token_seq_host_;

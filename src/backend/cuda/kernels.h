@@ -43,6 +43,17 @@ void launch_paged_attention(const T* qkv, const int32_t* positions, const int32_
                             int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window, const T* k_cache,
                             const T* v_cache, T* out, cudaStream_t stream);
 
+// The same attention for prefill chunks: query tiles of up to 64 consecutive new
+// tokens of one sequence (tile_seq/tile_first/tile_count [num_tiles]) share
+// every K/V row they load. Faster than launch_paged_attention whenever a
+// sequence brings more than a few new tokens.
+template <typename T>
+void launch_prefill_attention(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
+                              const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
+                              const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
+                              int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
+                              const T* k_cache, const T* v_cache, T* out, cudaStream_t stream);
+
 // out [n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]
 template <typename T>
 void launch_silu_mul(const T* gate_up, int64_t n, int64_t inter, T* out, cudaStream_t stream);
