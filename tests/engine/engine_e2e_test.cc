@@ -1,7 +1,8 @@
 // End to end on the real CPU executor: requests batched through the engine
 // (chunked prefill, shared prefixes, preemption) give exactly the tokens each
 // gives alone through engine::generate — greedy, and seeded sampling with
-// truncation and penalties.
+// truncation and penalties. A prefix-cache hit computes only the suffix, and
+// a seed fixes the tokens whether its request runs alone or in a batch.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -81,6 +82,49 @@ class engineEndToEnd : public ::testing::Test {
     stats_ = engine.stats();
   }
 
+  // Runs `requests` together through an engine with 4-token blocks and
+  // returns each one's tokens; `plans` (optional) receives every step's plan.
+  std::vector<std::vector<int32_t>> run(const std::vector<Request>& requests, bool prefix_caching,
+                                        std::vector<StepPlan>* plans = nullptr, bool one_at_a_time = false) {
+    class Recording : public CpuExecutor {
+     public:
+      Recording(model::Transformer& m, std::vector<StepPlan>* out) : CpuExecutor(m, 128, 4), out_(out) {}
+      StepOutput execute(const StepPlan& plan) override {
+        if (out_) out_->push_back(plan);
+        return CpuExecutor::execute(plan);
+      }
+
+     private:
+      std::vector<StepPlan>* out_;
+    };
+    EngineConfig config;
+    config.block_size = 4;
+    config.num_blocks = 128;
+    config.session_len = 64;
+    config.scheduler = {8, 64};
+    config.enable_prefix_caching = prefix_caching;
+    Engine engine(config, std::make_unique<Recording>(*model_, plans));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    std::vector<std::vector<int32_t>> out(requests.size());
+    auto drain = [&](size_t i) {
+      while (true) {
+        auto e = streams[i]->next_for(std::chrono::seconds(60));
+        if (!e) return ADD_FAILURE() << "request " << i << " stalled";
+        if (e->has_token()) out[i].push_back(e->token);
+        if (e->last()) return;
+      }
+    };
+    for (size_t i = 0; i < requests.size(); ++i) {
+      streams.push_back(engine.submit(requests[i]));
+      if (one_at_a_time) drain(i);
+    }
+    if (!one_at_a_time) {
+      for (size_t i = 0; i < requests.size(); ++i) drain(i);
+    }
+    stats_ = engine.stats();
+    return out;
+  }
+
   std::filesystem::path dir_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<model::Transformer> model_;
@@ -109,6 +153,64 @@ TEST_F(engineEndToEnd, PreemptedRequestsStillEqualAlone) {
   // 16 blocks of 4 tokens: the 7 requests (up to 42 tokens each) cannot all hold their blocks.
   expect_batched_equals_alone({SamplingParams{}, SamplingParams{0.8f, 5}}, 16);
   EXPECT_GT(stats_.preemptions, 0);
+}
+
+TEST_F(engineEndToEnd, APrefixHitComputesOnlyTheSuffixAndChangesNoToken) {
+  // Both prompts start with the same 3 blocks (12 tokens); the second request
+  // runs after the first has finished and published them.
+  std::mt19937 rng(5);
+  std::vector<int32_t> shared(12);
+  for (auto& id : shared) id = static_cast<int32_t>(rng() % 97);
+  Request first, second;
+  first.prompt = shared;
+  first.prompt.insert(first.prompt.end(), {40, 41, 42});
+  second.prompt = shared;
+  second.prompt.insert(second.prompt.end(), {7, 8, 9, 10, 11});
+  first.max_tokens = second.max_tokens = 8;
+
+  std::vector<StepPlan> plans;
+  auto cached = run({first, second}, /*prefix_caching=*/true, &plans, /*one_at_a_time=*/true);
+  EXPECT_EQ(stats_.kv.prefix_hit_tokens, 12);
+  // The second request (id 2) computed its 5 suffix tokens, then one per decode step.
+  int64_t computed = 0, first_position = -1;
+  for (const StepPlan& plan : plans) {
+    for (const ScheduledChunk& c : plan.chunks) {
+      if (c.id != 2) continue;
+      if (first_position < 0) first_position = c.start_position;
+      computed += static_cast<int64_t>(c.token_ids.size());
+    }
+  }
+  EXPECT_EQ(first_position, 12);
+  EXPECT_EQ(computed, 5 + (8 - 1));
+
+  auto uncached = run({first, second}, /*prefix_caching=*/false, nullptr, /*one_at_a_time=*/true);
+  EXPECT_EQ(stats_.kv.prefix_hit_tokens, 0);
+  EXPECT_EQ(cached, uncached);
+  GenerateOptions alone;
+  alone.max_new_tokens = 8;
+  alone.block_size = 4;
+  EXPECT_EQ(cached[1], generate(*model_, second.prompt, alone).tokens);
+}
+
+TEST_F(engineEndToEnd, TheSameSeedGivesTheSameTokensAloneAndInABatchOtherSeedsDiffer) {
+  auto sampled = [](uint64_t seed, std::vector<int32_t> prompt) {
+    Request r;
+    r.prompt = std::move(prompt);
+    r.sampling = SamplingParams{1.0f, seed};
+    r.max_tokens = 16;
+    return r;
+  };
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65};
+  const auto alone = run({sampled(7, prompt)}, true)[0];
+  // In a batch next to other requests, one with the same prompt and seed and one with another seed.
+  const auto batch = run({sampled(1, {9, 9, 9}), sampled(7, prompt), sampled(2, {4, 5, 6, 7, 8, 9, 10, 11, 12}),
+                          sampled(7, prompt), sampled(8, prompt)},
+                         true);
+  ASSERT_EQ(alone.size(), 16u);
+  EXPECT_EQ(batch[1], alone);
+  EXPECT_EQ(batch[3], alone);
+  EXPECT_NE(batch[4], alone);
+  EXPECT_NE(run({sampled(8, prompt)}, true)[0], alone);
 }
 
 }  // namespace
