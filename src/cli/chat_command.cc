@@ -51,6 +51,13 @@ struct Wakeup {
   }
 };
 
+text::ChatMessage message(std::string role, const std::string& content) {
+  text::ChatMessage m;
+  m.role = std::move(role);
+  m.content = nlohmann::ordered_json(content);
+  return m;
+}
+
 int run_chat(const ChatArgs& a) {
   std::unique_ptr<ServingModel> model = load_serving_model(a.engine);
   if (log_level() == LogLevel::kInfo) set_log_level(LogLevel::kWarning);  // one log line per reply would interleave
@@ -60,7 +67,7 @@ int run_chat(const ChatArgs& a) {
   std::vector<text::ChatMessage> history;
   auto system_message = [&] {
     history.clear();
-    if (!a.system.empty()) history.push_back(text::ChatMessage{"system", nlohmann::ordered_json(a.system)});
+    if (!a.system.empty()) history.push_back(message("system", a.system));
   };
   system_message();
   std::fprintf(stderr, "tessera chat: %s (template %s). Type /reset to start over, exit or Ctrl-D to leave.\n",
@@ -77,7 +84,7 @@ int run_chat(const ChatArgs& a) {
       std::fputs("(conversation cleared)\n", stdout);
       continue;
     }
-    history.push_back(text::ChatMessage{"user", nlohmann::ordered_json(line)});
+    history.push_back(message("user", line));
     text::ChatTemplateInput input;
     input.messages = history;
     if (tokenizer.bos_id()) input.bos_token = tokenizer.id_to_piece(*tokenizer.bos_id());
@@ -116,7 +123,7 @@ int run_chat(const ChatArgs& a) {
     }
     std::fputc('\n', stdout);
     if (!generation.error().empty()) std::fprintf(stderr, "tessera chat: error: %s\n", generation.error().c_str());
-    history.push_back(text::ChatMessage{"assistant", nlohmann::ordered_json(reply)});
+    history.push_back(message("assistant", reply));
     ++turn;
   }
   std::fputc('\n', stdout);

@@ -99,7 +99,7 @@ HttpResponse ApiServer::handle(const HttpRequest& request) {
   add_cors_headers(request, response);
   if (!response.pending) {
     metrics_.count_response(route, response.status);
-    if (response.status >= 400) {
+    if (response.status >= 400 && route != "/health") {  // a load balancer's probes are not news
       log_info("{} {} from {}: {} {}", request.method, request.path, request.remote, response.status, response.body);
     }
   }

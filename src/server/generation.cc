@@ -17,7 +17,7 @@ std::string token_text(const text::Tokenizer& tokenizer, int32_t id) {
     // for ("▁the" in SentencePiece, "Ġthe" in byte-level BPE); put it back.
     const std::string piece = tokenizer.id_to_piece(id);
     const bool leading_space = piece.rfind("\xE2\x96\x81", 0) == 0 || piece.rfind("\xC4\xA0", 0) == 0;
-    if (leading_space && (text.empty() || text[0] != ' ')) text.insert(0, " ");
+    if (leading_space && (text.empty() || text[0] != ' ')) text = " " + text;
     return text;
   } catch (const std::exception&) {
     return {};

@@ -220,3 +220,29 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(tessera_bin, dem
         assert "stopped" in s.read_log()
     finally:
         s.stop()
+
+
+def test_a_thousand_connections_at_once_are_all_served(server):
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    sockets = []
+    try:
+        for _ in range(1000):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            sockets.append(s)
+        for s in sockets:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        for s in sockets:
+            response = b""
+            while b"\r\n\r\n" not in response:
+                chunk = s.recv(4096)
+                assert chunk, "a connection was closed without an answer"
+                response += chunk
+            assert response.startswith(b"HTTP/1.1 200"), response
+    finally:
+        for s in sockets:
+            s.close()
+    text = requests.get(server.url + "/metrics", timeout=10).text
+    assert metric(text, 'tessera_http_requests_total{route="/health",code="200"}') >= 1000
