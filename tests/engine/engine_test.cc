@@ -234,6 +234,55 @@ TEST(engineLoop, DestructionAbortsWhatIsInFlight) {
   EXPECT_EQ(c.last.finish, FinishReason::kAbort);
 }
 
+// Waits until the engine holds no request and returns its statistics.
+EngineStats idle_stats(Engine& engine) {
+  for (int i = 0; i < 2000; ++i) {
+    EngineStats s = engine.stats();
+    if (s.running + s.waiting == 0 && s.kv.used_blocks == 0) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return engine.stats();
+}
+
+TEST(engineLoop, EveryBlockIsBackInThePoolAfterStopLengthAbortAndError) {
+  for (bool prefix_caching : {false, true}) {
+    EngineConfig config = small_config();
+    config.num_blocks = 16;
+    config.enable_prefix_caching = prefix_caching;
+    auto fake = std::make_unique<FakeExecutor>();
+    fake->before_step = [](const StepPlan& plan) {
+      for (const auto& c : plan.chunks) {
+        if (c.token_ids[0] == 13) throw std::runtime_error("injected fault");
+      }
+    };
+    Engine engine(config, std::move(fake));
+    auto expect_all_free = [&](const char* after) {
+      EngineStats s = idle_stats(engine);
+      EXPECT_EQ(s.kv.used_blocks, 0) << after << (prefix_caching ? " (prefix caching)" : "");
+      EXPECT_EQ(s.kv.free_blocks, 16) << after << (prefix_caching ? " (prefix caching)" : "");
+    };
+    Collected stop = collect(*engine.submit(request(std::vector<int32_t>(9, 20), 100)));  // ... 31, 0, 1, eos 2
+    EXPECT_EQ(stop.last.finish, FinishReason::kStop);
+    expect_all_free("stop");
+    Collected length = collect(*engine.submit(request(std::vector<int32_t>(10, 3), 6)));
+    EXPECT_EQ(length.last.finish, FinishReason::kLength);
+    expect_all_free("length");
+    Request long_one = request(std::vector<int32_t>(11, 4), 1000);
+    long_one.ignore_eos = true;
+    auto aborted = engine.submit(long_one);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(aborted->next_for(std::chrono::seconds(20)).has_value());
+    engine.abort(aborted->id());
+    EXPECT_EQ(collect(*aborted).last.finish, FinishReason::kAbort);
+    expect_all_free("abort");
+    // Fails at its third step, mid-decode (12, 13, then the step computing 13 throws).
+    Collected failed = collect(*engine.submit(request({9, 10, 11}, 50)));
+    EXPECT_EQ(failed.tokens, (std::vector<int32_t>{12, 13}));
+    EXPECT_EQ(failed.last.finish, FinishReason::kError);
+    EXPECT_EQ(failed.last.error, "injected fault");
+    expect_all_free("error");
+  }
+}
+
 TEST(engineLoop, InvalidConfigAndRequestsAreRefused) {
   EngineConfig config = small_config();
   config.session_len = 1000;  // more than 64 blocks x 4 tokens

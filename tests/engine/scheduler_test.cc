@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <random>
+#include <set>
 
 #include "engine/scheduler.h"
 
@@ -134,6 +136,61 @@ TEST_F(engineScheduler, OutOfBlocksPreemptsTheNewestAndRecomputesItLater) {
   EXPECT_EQ(p.chunks[0].start_position, 0);
   EXPECT_EQ(p.chunks[0].token_ids.size(), 9u);
   EXPECT_TRUE(p.chunks[0].sample);
+}
+
+TEST_F(engineScheduler, PreemptsTheNewestFirstAndReadmitsInArrivalOrder) {
+  make(6, 4, 8, 64);
+  RequestId a = add(ids(0, 4), /*max_tokens=*/10), b = add(ids(10, 4), 10), c = add(ids(20, 4), 6);
+  std::vector<std::vector<RequestId>> preemptions;
+  std::vector<RequestId> readmitted;  // sequences recomputed from position 0 after a preemption
+  for (int i = 0; i < 40 && !scheduler_->empty(); ++i) {
+    StepPlan p = step();
+    if (!p.preempted.empty()) preemptions.push_back(p.preempted);
+    for (const auto& chunk : p.chunks) {
+      if (chunk.start_position == 0 && i > 0) readmitted.push_back(chunk.id);
+    }
+  }
+  // Position 8 needs a third block for all three: c (the newest) goes; at
+  // position 12 a fourth block for a and b: b goes next. a finishes (max_tokens),
+  // then b, preempted last but admitted earlier, comes back before c.
+  ASSERT_GE(preemptions.size(), 2u);
+  EXPECT_EQ(preemptions[0], std::vector<RequestId>{c});
+  EXPECT_EQ(preemptions[1], std::vector<RequestId>{b});
+  ASSERT_GE(readmitted.size(), 2u);
+  EXPECT_EQ(readmitted[0], b);
+  EXPECT_EQ(readmitted[1], c);
+}
+
+TEST_F(engineScheduler, EveryStepKeepsTheBudgetAndTheBatchAndServesEveryRunningDecode) {
+  make(40, 4, 6, 12);
+  std::mt19937 rng(3);
+  std::set<RequestId> live;
+  for (int i = 0; i < 300; ++i) {
+    if (i < 200 && rng() % 3 == 0) live.insert(add(ids(static_cast<int32_t>(rng() % 50), 1 + rng() % 30), 1 + rng() % 20));
+    std::vector<RequestId> decoding;  // running sequences with only their last token to compute
+    for (RequestId id : live) {
+      const Sequence* seq = scheduler_->find(id);
+      if (seq && seq->status == SequenceStatus::kRunning && seq->num_computed_tokens == seq->num_tokens() - 1) {
+        decoding.push_back(id);
+      }
+    }
+    StepPlan p = scheduler_->schedule();
+    EXPECT_LE(p.num_tokens, 12);
+    EXPECT_LE(static_cast<int64_t>(p.chunks.size()), 6);
+    EXPECT_LE(scheduler_->num_running(), 6);
+    int64_t sum = 0;
+    for (const auto& chunk : p.chunks) sum += static_cast<int64_t>(chunk.token_ids.size());
+    EXPECT_EQ(sum, p.num_tokens);
+    if (p.preempted.empty()) {
+      for (RequestId id : decoding) EXPECT_NE(chunk_of(p, id), nullptr) << "decode of " << id << " starved at step " << i;
+    }
+    auto updates = scheduler_->update(p, std::vector<SampleResult>(p.num_sampling(), SampleResult{7}));
+    for (const auto& u : updates) {
+      if (u.finish) live.erase(u.id);
+    }
+  }
+  EXPECT_TRUE(scheduler_->empty());
+  EXPECT_EQ(kv_->stats().used_blocks, 0);
 }
 
 TEST_F(engineScheduler, APrefixHitStartsAfterTheCachedBlocks) {
