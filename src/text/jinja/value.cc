@@ -9,6 +9,8 @@
 
 namespace tessera::text::jinja {
 
+size_t Map::size() const { return entries_.size(); }
+
 const Value* Map::find(std::string_view key) const {
   for (const auto& [k, v] : entries_)
     if (k == key) return &v;

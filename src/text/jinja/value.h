@@ -34,7 +34,7 @@ class Map {
  public:
   const Value* find(std::string_view key) const;
   void set(std::string key, Value value);  // replaces in place or appends
-  size_t size() const { return entries_.size(); }
+  size_t size() const;  // out of line: Value is incomplete here (clang with libstdc++ refuses)
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
 
  private:
