@@ -161,36 +161,40 @@ class SentencePieceReference:
         return f"sentencepiece {spm.__version__}"
 
 
+def qwen2_tokenizer_json(directory):
+    """The tokenizer.json Qwen2TokenizerFast builds from vocab.json and merges.txt, as a dict."""
+    vocab = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+    merges = [line for line in (directory / "merges.txt").read_text(encoding="utf-8").split("\n")
+              if line and not line.startswith("#version")]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+
+    def added(i, content):
+        return {"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+                "normalized": False, "special": True}
+
+    return {
+        "version": "1.0",
+        "added_tokens": [added(151643, "<|endoftext|>"), added(151644, "<|im_start|>"),
+                         added(151645, "<|im_end|>")],
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN2_PATTERN}, "behavior": "Isolated", "invert": False},
+            byte_level]},
+        "post_processor": byte_level,
+        "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "vocab": vocab, "merges": merges},
+    }
+
+
 class Qwen2Reference:
     """PyPI tokenizers on Qwen2's vocab.json + merges.txt, as Qwen2TokenizerFast builds it."""
 
     def __init__(self, directory):
         import tokenizers
 
-        vocab = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
-        merges = [line for line in (directory / "merges.txt").read_text(encoding="utf-8").split("\n")
-                  if line and not line.startswith("#version")]
-        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-
-        def added(i, content):
-            return {"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
-                    "normalized": False, "special": True}
-
-        spec = {
-            "version": "1.0",
-            "added_tokens": [added(151643, "<|endoftext|>"), added(151644, "<|im_start|>"),
-                             added(151645, "<|im_end|>")],
-            "normalizer": {"type": "NFC"},
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": QWEN2_PATTERN}, "behavior": "Isolated", "invert": False},
-                byte_level]},
-            "post_processor": byte_level,
-            "decoder": byte_level,
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                      "vocab": vocab, "merges": merges},
-        }
-        self.tokenizer = tokenizers.Tokenizer.from_str(json.dumps(spec))
+        self.tokenizer = tokenizers.Tokenizer.from_str(json.dumps(qwen2_tokenizer_json(directory)))
 
     def encode(self, text):
         return self.tokenizer.encode(text, add_special_tokens=True).ids
