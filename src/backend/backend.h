@@ -16,6 +16,13 @@
 
 namespace tessera::backend {
 
+// What a model needs of a backend's kernels, checked before any weight is read.
+struct ModelRequirements {
+  int64_t head_dim = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -23,6 +30,11 @@ class Backend {
   virtual Allocator& allocator() = 0;
   // The dtype activations and weights are computed in.
   virtual DType compute_dtype() const = 0;
+
+  // Throws Error(kUnsupported) naming what is missing (a head_dim without a
+  // kernel, a dtype the device lacks) so a model is refused before its weights
+  // are loaded rather than at the first request.
+  virtual void check_supported(const ModelRequirements& requirements) const { (void)requirements; }
 
   // Moves a host tensor to this backend in its compute dtype (float types).
   virtual Tensor upload_weight(const Tensor& host) = 0;

@@ -51,6 +51,7 @@ Tensor random_host(Shape shape, double stddev, double offset, std::mt19937_64& r
 }  // namespace
 
 std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec, backend::Backend& backend, uint64_t seed) {
+  backend.check_supported({spec.head_dim, spec.num_heads, spec.num_kv_heads});
   std::mt19937_64 rng(seed);
   const DType dtype = backend.compute_dtype();
   const int64_t h = spec.hidden_size;

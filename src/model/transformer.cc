@@ -162,6 +162,7 @@ HostModel read_host_model(const std::filesystem::path& model_dir) {
 std::unique_ptr<Transformer> make_transformer(const HostModel& model, backend::Backend& backend,
                                               comm::Communicator* comm) {
   const int world = comm ? comm->world_size() : 1;
+  backend.check_supported({model.spec.head_dim, model.spec.num_heads, model.spec.num_kv_heads});
   TpShard shard = make_tp_shard(model.spec, comm ? comm->rank() : 0, world);
   ModelWeights weights = upload_weights(model.spec, model.weights, shard, backend);
   return std::make_unique<Transformer>(model.spec, shard, std::move(weights), backend, world > 1 ? comm : nullptr);
@@ -172,6 +173,7 @@ std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model
   ModelSpec spec = read_model_spec(model_dir);
   const Architecture& arch = find_architecture(spec.architecture);
   spec.qkv_bias = arch.qkv_bias;
+  backend.check_supported({spec.head_dim, spec.num_heads, spec.num_kv_heads});  // before reading any weight
   Checkpoint checkpoint = Checkpoint::open(model_dir);
   ModelWeights weights = load_weights(spec, arch, checkpoint, backend);
   log_loaded(spec, model_dir, start);

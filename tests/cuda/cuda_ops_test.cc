@@ -194,6 +194,19 @@ TEST_P(CudaVsCpu, RopeCacheWriteAndPagedAttention) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaVsCpu, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+TEST(CudaPreflight, RefusesAHeadDimWithoutAKernel) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto cuda = make_cuda_backend(0, DType::kF32);
+  EXPECT_NO_THROW(cuda->check_supported({128, 32, 8}));
+  try {
+    cuda->check_supported({48, 4, 4});
+    FAIL() << "head_dim 48 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("head_dim 48"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaVsCpuCheck, APlantedWrongResultIsCaught) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
   auto cuda = make_cuda_backend(0, DType::kF32);

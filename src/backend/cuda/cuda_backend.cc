@@ -76,6 +76,27 @@ class CudaBackend final : public Backend {
   }
 
   Device device() const override { return Device::cuda(index_); }
+
+  void check_supported(const ModelRequirements& requirements) const override {
+    static constexpr int64_t kHeadDims[] = {8, 16, 32, 64, 96, 128, 256};
+    if (std::find(std::begin(kHeadDims), std::end(kHeadDims), requirements.head_dim) == std::end(kHeadDims)) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("cuda:{}: no attention kernel for head_dim {}", index_, requirements.head_dim),
+                  "supported head dims: 8, 16, 32, 64, 96, 128, 256; run this model with --device cpu");
+    }
+    const CudaDeviceInfo info = cuda_device_info(index_);
+    if (info.compute_major * 10 + info.compute_minor < 75) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("cuda:{} ({}) has compute capability {}.{}; tessera's kernels need 7.5 or newer", index_,
+                              info.name, info.compute_major, info.compute_minor),
+                  "use a newer GPU or --device cpu");
+    }
+    if (compute_dtype_ == DType::kBF16 && !info.supports_bf16()) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("cuda:{} ({}) has no bfloat16 arithmetic", index_, info.name),
+                  "use --dtype float16 (or auto, which picks it on this GPU)");
+    }
+  }
   Allocator& allocator() override { return *allocator_; }
   DType compute_dtype() const override { return compute_dtype_; }
 
