@@ -250,9 +250,12 @@ TEST(engineLoop, EveryBlockIsBackInThePoolAfterStopLengthAbortAndError) {
     config.num_blocks = 16;
     config.enable_prefix_caching = prefix_caching;
     auto fake = std::make_unique<FakeExecutor>();
+    // Slow enough steps for the abort to land first; a chunk computing token 13
+    // at an early position fails its step.
     fake->before_step = [](const StepPlan& plan) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
       for (const auto& c : plan.chunks) {
-        if (c.token_ids[0] == 13) throw std::runtime_error("injected fault");
+        if (c.token_ids[0] == 13 && c.start_position < 8) throw std::runtime_error("injected fault");
       }
     };
     Engine engine(config, std::move(fake));
