@@ -58,7 +58,22 @@ void validate(const SamplingParams& p) {
 }
 
 int32_t argmax(const float* values, int64_t count) {
-  return static_cast<int32_t>(std::max_element(values, values + count) - values);
+  // The largest value first (eight independent branch-free lanes, so the loop
+  // is not one long dependency chain), then its first index: the lowest id on
+  // a tie, as std::max_element.
+  float lane[8];
+  std::fill(lane, lane + 8, values[0]);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    for (int k = 0; k < 8; ++k) lane[k] = values[i + k] > lane[k] ? values[i + k] : lane[k];
+  }
+  for (; i < count; ++i) lane[0] = values[i] > lane[0] ? values[i] : lane[0];
+  float best = lane[0];
+  for (int k = 1; k < 8; ++k) best = lane[k] > best ? lane[k] : best;
+  for (i = 0; i < count; ++i) {
+    if (values[i] == best) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(std::max_element(values, values + count) - values);  // NaNs only
 }
 
 void apply_penalties_and_masks(std::vector<float>& x, const SamplingParams& p, const SampleInputs& in) {
@@ -87,6 +102,10 @@ void apply_penalties_and_masks(std::vector<float>& x, const SamplingParams& p, c
 
 SampleResult Sampler::sample(std::span<const float> logits, const SampleInputs& in) {
   TESSERA_CHECK(!logits.empty());
+  const bool plain_greedy = params_.temperature <= 0.0f && params_.repetition_penalty == 1.0f &&
+                            params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f &&
+                            in.masked.empty() && !in.logprobs && in.top_logprobs == 0;
+  if (plain_greedy) return {argmax(logits.data(), static_cast<int64_t>(logits.size()))};  // nothing to copy
   std::vector<float> x(logits.begin(), logits.end());
   apply_penalties_and_masks(x, params_, in);
   const bool greedy = params_.temperature <= 0.0f;
