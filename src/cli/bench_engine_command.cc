@@ -1,0 +1,223 @@
+// `tessera bench engine`: the serving engine's own cost. With a fake executor
+// (no model: each step returns one logits row per sampling sequence at once)
+// it times the host work between two steps at a full decode batch —
+// sampling, update, events and statistics of one step, then taking the inbox
+// and scheduling the next — and the Scheduler alone. With a model directory it
+// runs many streams through the Engine on the CPU and reports their tokens/s
+// next to one stream through engine::generate on the same model.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/cpu_executor.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "model/transformer.h"
+
+namespace tessera::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchEngineArgs {
+  std::string model_dir;  // empty: the fake executor
+  int64_t batch = 256;
+  int64_t steps = 2000;
+  int64_t vocab = 256;
+  int64_t prompt_tokens = 32;
+  int64_t new_tokens = 128;  // per stream, with a model
+};
+
+double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+struct Summary {
+  double mean = 0, p50 = 0, p99 = 0;
+};
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  s.p50 = v[v.size() / 2];
+  s.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
+  return s;
+}
+
+// Logits at once: the row of a chunk ending in token t peaks at (t + 1) % vocab.
+// Records, for consecutive full decode steps, the time from one step's return
+// to the next step's call (the engine's host work) and its own time.
+class TimedFakeExecutor : public engine::Executor {
+ public:
+  TimedFakeExecutor(int64_t vocab, int64_t batch) : vocab_(vocab), batch_(batch) {}
+
+  engine::StepOutput execute(const engine::StepPlan& plan) override {
+    const auto entry = Clock::now();
+    const bool full_decode = static_cast<int64_t>(plan.chunks.size()) == batch_ && plan.num_tokens == batch_;
+    if (full_decode && last_full_decode_) host_us.push_back(micros(entry - last_exit_));
+    const int64_t rows = plan.num_sampling();
+    engine::StepOutput out;
+    if (rows > 0) {
+      out.logits = Tensor::empty({rows, vocab_}, DType::kF32);
+      float* data = out.logits.data<float>();
+      std::fill(data, data + rows * vocab_, 0.0f);
+      int64_t row = 0;
+      for (const auto& c : plan.chunks) {
+        if (c.sample) data[row++ * vocab_ + (c.token_ids.back() + 1) % vocab_] = 10.0f;
+      }
+    }
+    last_full_decode_ = full_decode;
+    last_exit_ = Clock::now();
+    if (full_decode) executor_us.push_back(micros(last_exit_ - entry));
+    return out;
+  }
+  int64_t vocab_size() const override { return vocab_; }
+
+  std::vector<double> host_us;      // engine thread only until the engine stops
+  std::vector<double> executor_us;
+
+ private:
+  int64_t vocab_, batch_;
+  bool last_full_decode_ = false;
+  Clock::time_point last_exit_;
+};
+
+engine::EngineConfig engine_config(int64_t batch, int64_t session_len) {
+  engine::EngineConfig config;
+  config.block_size = 64;
+  config.session_len = session_len;
+  config.num_blocks = batch * ((session_len + 63) / 64);
+  config.scheduler.max_batch_size = batch;
+  config.scheduler.max_num_batched_tokens = std::max<int64_t>(8192, batch);
+  config.enable_prefix_caching = true;
+  return config;
+}
+
+engine::Request decode_request(int64_t index, int64_t prompt_tokens, int64_t vocab, int64_t max_tokens) {
+  engine::Request r;
+  r.prompt.resize(prompt_tokens);
+  for (int64_t i = 0; i < prompt_tokens; ++i) r.prompt[i] = static_cast<int32_t>((index * 7 + i * 13) % vocab);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+void bench_fake(const BenchEngineArgs& args) {
+  const int64_t session_len = args.prompt_tokens + args.steps + 8;
+  auto fake = std::make_unique<TimedFakeExecutor>(args.vocab, args.batch);
+  TimedFakeExecutor* timed = fake.get();  // owned by the engine: read before it goes
+  std::vector<std::shared_ptr<engine::RequestStream>> streams;
+  std::vector<double> host_us, executor_us;
+  {
+      engine::Engine engine(engine_config(args.batch, session_len), std::move(fake));
+      for (int64_t i = 0; i < args.batch; ++i) {
+          auto req = decode_request(i, args.prompt_tokens, args.vocab, args.steps);
+          streams.push_back(engine.submit(req));
+    }
+      // A consumer as a server has one: it takes each stream's events as they come.
+    for (auto& s : streams) {
+      while (!s->next().last()) {
+      }
+    }
+    engine.stop();
+    host_us = timed->host_us;
+    executor_us = timed->executor_us;
+  }
+  const Summary host = summarize(host_us), exec = summarize(executor_us);
+  fmt::print("engine, fake executor: batch {}, vocab {}, {} full decode steps\n", args.batch, args.vocab,
+             host_us.size());
+  fmt::print("  engine host time per step   mean {:.1f} us  p50 {:.1f} us  p99 {:.1f} us\n", host.mean, host.p50,
+             host.p99);
+  fmt::print("  fake executor (logits)      mean {:.1f} us\n", exec.mean);
+
+  // The scheduler alone: schedule + update over the same batch, no threads.
+  kv::KvCacheManager kv(args.batch * ((session_len + 63) / 64), 64, true);
+  engine::Scheduler scheduler({args.batch, std::max<int64_t>(8192, args.batch)}, {{}, session_len}, kv);
+  for (int64_t i = 0; i < args.batch; ++i) {
+    engine::Request r = decode_request(i, args.prompt_tokens, args.vocab, args.steps);
+    r.id = static_cast<engine::RequestId>(i + 1);
+    scheduler.add(std::make_unique<engine::Sequence>(r));
+  }
+  std::vector<double> sched_us;
+  for (int64_t step = 0; step < args.steps && !scheduler.empty(); ++step) {
+    const auto start = Clock::now();
+    engine::StepPlan plan = scheduler.schedule();
+    std::vector<engine::SampleResult> sampled(plan.num_sampling(), engine::SampleResult{1});
+    scheduler.update(plan, sampled);
+    if (plan.num_tokens == args.batch) sched_us.push_back(micros(Clock::now() - start));
+  }
+  const Summary sched = summarize(sched_us);
+  fmt::print("  scheduler alone (schedule + update)  mean {:.1f} us  p50 {:.1f} us  p99 {:.1f} us\n", sched.mean,
+             sched.p50, sched.p99);
+}
+
+void bench_model(const BenchEngineArgs& args) {
+  auto backend = backend::make_cpu_backend();
+  auto model = model::load_transformer(args.model_dir, *backend);
+  const int64_t vocab = model->spec().vocab_size;
+  const int64_t session_len = args.prompt_tokens + args.new_tokens + 8;
+
+  engine::GenerateOptions alone;
+  alone.max_new_tokens = args.new_tokens;
+  auto start = Clock::now();
+  const int64_t single = static_cast<int64_t>(
+      engine::generate(*model, decode_request(0, args.prompt_tokens, vocab, 0).prompt, alone).tokens.size());
+  const double single_s = std::chrono::duration<double>(Clock::now() - start).count();
+
+  engine::EngineConfig config = engine_config(args.batch, session_len);
+  int64_t generated = 0;
+  start = Clock::now();
+  {
+    engine::Engine engine(config, std::make_unique<engine::CpuExecutor>(*model, config.num_blocks, config.block_size));
+    std::vector<std::shared_ptr<engine::RequestStream>> streams;
+    for (int64_t i = 0; i < args.batch; ++i) {
+      streams.push_back(engine.submit(decode_request(i, args.prompt_tokens, vocab, args.new_tokens)));
+    }
+    for (auto& s : streams) {
+      while (true) {
+        engine::TokenEvent e = s->next();
+        generated += e.has_token() ? 1 : 0;
+        if (e.last()) break;
+      }
+    }
+  }
+  const double batched_s = std::chrono::duration<double>(Clock::now() - start).count();
+  fmt::print("model {}: prompt {} tokens, {} new tokens per stream\n", args.model_dir, args.prompt_tokens,
+             args.new_tokens);
+  fmt::print("  one stream (engine::generate)      {:.0f} tokens/s\n", single / single_s);
+  fmt::print("  {} streams through the engine     {:.0f} tokens/s ({} tokens in {:.2f} s)\n", args.batch,
+             generated / batched_s, generated, batched_s);
+}
+
+}  // namespace
+
+void add_bench_engine_command(CLI::App& app, Runner& runner) {
+  auto args = std::make_shared<BenchEngineArgs>();
+  CLI::App* bench = app.get_subcommand("bench");
+  CLI::App* cmd = bench->add_subcommand("engine", "Engine host time per step (fake executor), or many streams on a model");
+  cmd->add_option("model_dir", args->model_dir, "a model directory: streams through the engine on the CPU");
+  cmd->add_option("--batch", args->batch, "sequences decoding together")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "decode steps (fake executor)")->capture_default_str()->check(CLI::Range(2, 1000000));
+  cmd->add_option("--vocab", args->vocab, "vocabulary of the fake executor")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--prompt-tokens", args->prompt_tokens)->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--new-tokens", args->new_tokens, "tokens per stream (model)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->callback([&runner, args] {
+    runner = [args] {
+      if (args->model_dir.empty()) {
+        bench_fake(*args);
+      } else {
+        bench_model(*args);
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace tessera::cli
