@@ -45,6 +45,7 @@ struct ServeArgs {
   int io_threads = 4;
   int64_t max_request_bytes = 8 << 20;
   double shutdown_grace_seconds = 30.0;
+  int read_timeout_seconds = 60;
   bool ignored_flag = false;
 };
 
@@ -144,6 +145,7 @@ int run_serve(const ServeArgs& a) {
   http_options.port = static_cast<uint16_t>(a.server_port);
   http_options.io_threads = a.io_threads;
   http_options.body_limit = static_cast<size_t>(a.max_request_bytes);
+  http_options.read_timeout_seconds = a.read_timeout_seconds;
   server::HttpServer http(http_options, [&api](const server::HttpRequest& r) { return api.handle(r); });
   api.set_connection_counter([&http] { return http.open_connections(); });
 
@@ -217,6 +219,10 @@ void add_serve_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--max-request-bytes", a->max_request_bytes, "request body limit (larger bodies get 413)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+  cmd->add_option("--read-timeout-seconds", a->read_timeout_seconds,
+                  "a request must arrive within this time once begun (else 408), and an idle connection closes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--shutdown-grace-seconds", a->shutdown_grace_seconds,
                   "on SIGTERM/SIGINT, how long requests in flight may take to finish")
       ->capture_default_str()

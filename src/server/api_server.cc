@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -50,6 +51,23 @@ struct Route {
 constexpr Route kRoutes[] = {{"/health", "GET"},          {"/metrics", "GET"},
                              {"/v1/models", "GET"},       {"/v1/chat/completions", "POST"},
                              {"/v1/completions", "POST"}, {"/v1/encode", "POST"}};
+
+// POST bodies are JSON: a body declared as something else (a form, text) gets 415, as a
+// FastAPI server answers it with an error rather than guessing. No Content-Type at all is read as JSON.
+void check_content_type(const HttpRequest& request) {
+  const std::string& value = request.header("content-type");
+  if (value.empty() && request.headers.find("content-type") == request.headers.end()) return;
+  std::string type = value.substr(0, value.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.pop_back();
+  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.erase(type.begin());
+  for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool json = type == "application/json" ||
+                    (type.starts_with("application/") && type.size() > 17 && type.ends_with("+json"));
+  if (!json) {
+    throw ApiError(415, fmt::format("the body must be JSON sent as 'Content-Type: application/json', not '{}'", value),
+                   "invalid_request_error", std::nullopt, "unsupported_media_type");
+  }
+}
 
 }  // namespace
 
@@ -132,6 +150,7 @@ HttpResponse ApiServer::route(const HttpRequest& request, const std::string& rou
     throw ApiError(503, "the engine is unhealthy after a device failure; the server must be restarted",
                    "service_unavailable");
   }
+  check_content_type(request);
   if (route == "/v1/chat/completions") return chat_completions(request, *ctx);
   if (route == "/v1/completions") return completions(request, *ctx);
   return encode(request, *ctx);

@@ -7,6 +7,8 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include <array>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -68,7 +70,8 @@ namespace {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, HttpServer::State& state) : stream_(std::move(socket)), state_(state) {
+  Connection(tcp::socket socket, HttpServer::State& state)
+      : stream_(std::move(socket)), state_(state), read_timer_(stream_.get_executor()) {
     ++state_.connections;
     beast::error_code ec;
     stream_.socket().set_option(tcp::no_delay(true), ec);  // SSE events go out as they are made
@@ -94,13 +97,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_.emplace();
     parser_->body_limit(state_.options.body_limit);
     parser_->header_limit(64 * 1024);
-    stream_.expires_after(std::chrono::seconds(state_.options.read_timeout_seconds));
+    // The deadline is a timer of its own rather than the stream's expiry, which would close the socket: a
+    // request that has begun but not arrived in time still gets its 408.
+    timed_out_ = false;
+    read_timer_.expires_after(std::chrono::seconds(state_.options.read_timeout_seconds));
+    read_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;  // cancelled: the request arrived
+      self->timed_out_ = true;
+      beast::error_code cancel_error;
+      self->stream_.socket().cancel(cancel_error);
+    });
     http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Connection::on_read, shared_from_this()));
   }
 
   void on_read(beast::error_code ec, size_t) {
+    read_timer_.cancel();
+    const bool begun = parser_->got_some() || buffer_.size() > 0;
+    if (timed_out_ && ec && begun) {
+      keep_alive_ = false;
+      return write_response(error_response(
+          408, fmt::format("the request did not arrive within {} seconds", state_.options.read_timeout_seconds)));
+    }
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
-        ec == asio::error::eof || ec == asio::error::connection_reset) {
+        ec == asio::error::eof || ec == asio::error::connection_reset || (timed_out_ && ec)) {
       return close();
     }
     keep_alive_ = false;
@@ -154,8 +173,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
     message->keep_alive(keep_alive_);
     message->prepare_payload();
     http::async_write(stream_, *message, [self = shared_from_this(), message](beast::error_code ec, size_t) {
-      if (ec || !self->keep_alive_) return self->close();
+      if (ec) return self->close();
+      if (!self->keep_alive_) return self->close_gracefully();
       self->read_request();
+    });
+  }
+
+  // Ends the connection after an answer while the client may still be sending (a body over the limit, a
+  // malformed request): closing with unread bytes would reset the connection and could destroy the answer
+  // before the client reads it. So: stop sending, read and drop what comes for a short while, then close.
+  void close_gracefully() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return close();
+    stream_.expires_after(std::chrono::seconds(2));
+    drain_ = std::make_unique<std::array<char, 16384>>();
+    drain();
+  }
+
+  void drain() {
+    stream_.async_read_some(asio::buffer(*drain_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) {
+        self->drain_.reset();
+        return self->close();
+      }
+      self->drain();
     });
   }
 
@@ -273,6 +315,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool watching_ = false;
   std::string head_;  // the streaming head, sent with the first chunk
   std::string out_;   // bytes being written
+  asio::steady_timer read_timer_;  // the deadline of the request being read
+  bool timed_out_ = false;
+  std::unique_ptr<std::array<char, 16384>> drain_;  // while closing gracefully
 };
 
 void accept_next(HttpServer::State* state) {

@@ -15,11 +15,37 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Arrays and objects nested deeper than this are refused before parsing: copying or walking a value
+// recurses, and a body of a million '[' would overflow the stack.
+constexpr int kMaxJsonDepth = 128;
+
+void check_nesting(std::string_view body) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        throw bad_request(fmt::format("the body nests arrays and objects deeper than {} levels", kMaxJsonDepth),
+                          std::nullopt, "invalid_json");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 Json parse_object(std::string_view body) {
+  check_nesting(body);
   Json json;
   try {
     json = Json::parse(body);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse errors, and numbers too large for a double (1e999)
     throw bad_request(fmt::format("the body is not valid JSON: {}", e.what()), std::nullopt, "invalid_json");
   }
   if (!json.is_object()) throw bad_request(fmt::format("the body must be a JSON object, not {}", json.type_name()));
@@ -194,6 +220,16 @@ ChatCompletionRequest parse_chat_completion_request(std::string_view body_text) 
       throw bad_request(fmt::format("{}.role '{}' is not one of system, developer, user, assistant, tool, function",
                                     param, *role),
                         param + ".role", "invalid_value");
+    }
+    if (const Json* content = Fields(m).find("content"); content && content->is_array()) {
+      for (size_t j = 0; j < content->size(); ++j) {
+        const Json& part = (*content)[j];
+        const std::string part_param = fmt::format("{}.content[{}]", param, j);
+        if (!part.is_object()) throw Fields::wrong_type(part_param, "a content part object", part);
+        if (Fields(part).string("type") == "text" && !Fields(part).string("text")) {
+          throw bad_request(part_param + ".text must be a string", part_param + ".text", "invalid_type");
+        }
+      }
     }
     try {
       r.messages.push_back(text::ChatMessage::from_json(m));
