@@ -11,12 +11,12 @@ import requests
 
 
 class Server:
-    def __init__(self, binary, model_dir, log_path, *extra):
+    def __init__(self, binary, model_dir, log_path, *extra, model_name="demo"):
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [str(binary), "serve", "api_server", str(model_dir), "--server-name", "127.0.0.1",
-             "--server-port", "0", "--model-name", "demo", *map(str, extra), *os.environ.get("TESSERA_SERVER_ARGS", "").split()],
+             "--server-port", "0", "--model-name", model_name, *map(str, extra), *os.environ.get("TESSERA_SERVER_ARGS", "").split()],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.port = None
         deadline = time.time() + 60
