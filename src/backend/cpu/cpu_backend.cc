@@ -27,6 +27,15 @@ void expect_shape(const Tensor& t, const Shape& shape, const char* what) {
   }
 }
 
+// The sequence of each new token: [num_tokens].
+std::vector<int32_t> token_sequences(const AttentionBatch& batch) {
+  std::vector<int32_t> token_seq(batch.num_tokens());
+  for (int64_t s = 0; s < batch.num_seqs(); ++s) {
+    for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) token_seq[t] = static_cast<int32_t>(s);
+  }
+  return token_seq;
+}
+
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu(); }
@@ -94,22 +103,24 @@ class CpuBackend final : public Backend {
     TESSERA_CHECK(static_cast<int64_t>(inv_freq.size()) == batch.num_seqs() * head_dim / 2);
     float* keys = cache.keys.data<float>();
     float* values = cache.values.data<float>();
-    for (int64_t s = 0; s < batch.num_seqs(); ++s) {
+    // One parallel region over every new token (not one per sequence): a
+    // decode step of many sequences would otherwise pay a fork/join each.
+    const std::vector<int32_t> token_seq = token_sequences(batch);
+#pragma omp parallel for
+    for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+      const int64_t s = token_seq[t];
       const float* seq_inv_freq = inv_freq.data() + s * head_dim / 2;
       const int32_t* table = batch.block_tables.data() + s * batch.max_blocks_per_seq;
-#pragma omp parallel for
-      for (int64_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
-        float* row = qkv.data<float>() + t * qkv_size;
-        const int32_t position = batch.positions[t];
-        for (int64_t h = 0; h < num_heads + num_kv_heads; ++h) {
-          cpu::rope_rotate(row + h * head_dim, head_dim, position, seq_inv_freq, attention_scaling);
-        }
-        const int64_t block = table[position / block_size];
-        for (int64_t h = 0; h < num_kv_heads; ++h) {
-          const int64_t slot = ((block * num_kv_heads + h) * block_size + position % block_size) * head_dim;
-          std::copy_n(row + (num_heads + h) * head_dim, head_dim, keys + slot);
-          std::copy_n(row + (num_heads + num_kv_heads + h) * head_dim, head_dim, values + slot);
-        }
+      float* row = qkv.data<float>() + t * qkv_size;
+      const int32_t position = batch.positions[t];
+      for (int64_t h = 0; h < num_heads + num_kv_heads; ++h) {
+        cpu::rope_rotate(row + h * head_dim, head_dim, position, seq_inv_freq, attention_scaling);
+      }
+      const int64_t block = table[position / block_size];
+      for (int64_t h = 0; h < num_kv_heads; ++h) {
+        const int64_t slot = ((block * num_kv_heads + h) * block_size + position % block_size) * head_dim;
+        std::copy_n(row + (num_heads + h) * head_dim, head_dim, keys + slot);
+        std::copy_n(row + (num_heads + num_kv_heads + h) * head_dim, head_dim, values + slot);
       }
     }
   }
@@ -122,18 +133,16 @@ class CpuBackend final : public Backend {
     const int64_t qkv_size = (num_heads + 2 * num_kv_heads) * head_dim;
     const int64_t group = num_heads / num_kv_heads;
     expect_shape(out, {batch.num_tokens(), num_heads * head_dim}, "attention output");
-    for (int64_t s = 0; s < batch.num_seqs(); ++s) {
-      const int32_t* table = batch.block_tables.data() + s * batch.max_blocks_per_seq;
+    const std::vector<int32_t> token_seq = token_sequences(batch);
 #pragma omp parallel for collapse(2)
-      for (int64_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
-        for (int64_t h = 0; h < num_heads; ++h) {
-          const int64_t last = batch.positions[t];
-          const int64_t first =
-              batch.sliding_window > 0 ? std::max<int64_t>(0, last - batch.sliding_window + 1) : 0;
-          cpu::attend_one(qkv.data<float>() + t * qkv_size + h * head_dim, cache.keys.data<float>(),
-                          cache.values.data<float>(), table, num_kv_heads, h / group, block_size, head_dim, first,
-                          last, out.data<float>() + (t * num_heads + h) * head_dim);
-        }
+    for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+      for (int64_t h = 0; h < num_heads; ++h) {
+        const int32_t* table = batch.block_tables.data() + int64_t(token_seq[t]) * batch.max_blocks_per_seq;
+        const int64_t last = batch.positions[t];
+        const int64_t first = batch.sliding_window > 0 ? std::max<int64_t>(0, last - batch.sliding_window + 1) : 0;
+        cpu::attend_one(qkv.data<float>() + t * qkv_size + h * head_dim, cache.keys.data<float>(),
+                        cache.values.data<float>(), table, num_kv_heads, h / group, block_size, head_dim, first, last,
+                        out.data<float>() + (t * num_heads + h) * head_dim);
       }
     }
   }
