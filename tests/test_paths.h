@@ -2,9 +2,11 @@
 // (stories260K, tokenizers, chat templates) that may be absent on a user's clone.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace tessera::testing {
 
@@ -21,6 +23,19 @@ inline std::filesystem::path fixtures_dir() {
 }
 
 inline std::filesystem::path tessera_binary() { return TESSERA_BINARY; }
+
+// The golden checkpoints (tools/make_golden.py): every fixtures/golden/<case>
+// with an expected.json, sorted; empty when the folder is absent.
+inline std::vector<std::filesystem::path> golden_cases() {
+  std::vector<std::filesystem::path> cases;
+  const std::filesystem::path root = fixtures_dir() / "golden";
+  if (!std::filesystem::exists(root)) return cases;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    if (std::filesystem::exists(entry.path() / "expected.json")) cases.push_back(entry.path());
+  }
+  std::sort(cases.begin(), cases.end());
+  return cases;
+}
 
 }  // namespace tessera::testing
 

@@ -19,14 +19,7 @@
 namespace tessera {
 namespace {
 
-std::vector<std::filesystem::path> golden_cases() {
-  std::vector<std::filesystem::path> cases;
-  for (const auto& entry : std::filesystem::directory_iterator(testing::fixtures_dir() / "golden")) {
-    cases.push_back(entry.path());
-  }
-  std::sort(cases.begin(), cases.end());
-  return cases;
-}
+using ::tessera::testing::golden_cases;
 
 class CudaGolden : public ::testing::TestWithParam<std::tuple<std::filesystem::path, DType>> {};
 

@@ -119,16 +119,7 @@ void expect_batched_equals_alone(model::Transformer& model, const std::vector<in
   }
 }
 
-std::vector<std::filesystem::path> golden_cases() {
-  std::vector<std::filesystem::path> cases;
-  const auto root = tessera::testing::fixtures_dir() / "golden";
-  if (!std::filesystem::exists(root)) return cases;
-  for (const auto& entry : std::filesystem::directory_iterator(root)) {
-    if (std::filesystem::exists(entry.path() / "expected.json")) cases.push_back(entry.path());
-  }
-  std::sort(cases.begin(), cases.end());
-  return cases;
-}
+using ::tessera::testing::golden_cases;
 
 class engineModels : public ::testing::TestWithParam<std::filesystem::path> {};
 

@@ -23,16 +23,7 @@ namespace {
 constexpr double kMaxAbs = 2e-3;
 constexpr double kRelNorm = 1e-4;
 
-std::vector<std::filesystem::path> golden_cases() {
-  std::vector<std::filesystem::path> cases;
-  std::filesystem::path root = testing::fixtures_dir() / "golden";
-  if (!std::filesystem::exists(root)) return cases;
-  for (const auto& entry : std::filesystem::directory_iterator(root)) {
-    if (std::filesystem::exists(entry.path() / "expected.json")) cases.push_back(entry.path());
-  }
-  std::sort(cases.begin(), cases.end());
-  return cases;
-}
+using ::tessera::testing::golden_cases;
 
 int32_t argmax_row(const Tensor& logits, int64_t row) {
   return engine::argmax(logits.data<float>() + row * logits.dim(1), logits.dim(1));

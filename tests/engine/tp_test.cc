@@ -111,16 +111,7 @@ void expect_same_logits(const GreedyRun& actual, const GreedyRun& expected, cons
   }
 }
 
-std::vector<std::filesystem::path> golden_cases() {
-  std::vector<std::filesystem::path> cases;
-  std::filesystem::path root = testing::fixtures_dir() / "golden";
-  if (!std::filesystem::exists(root)) return cases;
-  for (const auto& entry : std::filesystem::directory_iterator(root)) {
-    if (std::filesystem::exists(entry.path() / "expected.json")) cases.push_back(entry.path());
-  }
-  std::sort(cases.begin(), cases.end());
-  return cases;
-}
+using ::tessera::testing::golden_cases;
 
 class engineTpGolden : public ::testing::TestWithParam<std::filesystem::path> {};
 
