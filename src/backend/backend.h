@@ -90,7 +90,19 @@ struct CudaDeviceInfo {
   std::string name;
   int compute_major = 0, compute_minor = 0;
   size_t total_memory = 0, free_memory = 0;
-  bool supports_bf16() const { return compute_major >= 8; }
+  // The kernel image the CUDA runtime loaded for this device (asked of one of
+  // tessera's kernels): its PTX (virtual) and binary architectures as
+  // 10·major + minor, both 0 when no image in this build runs here. A build
+  // of compute_75 PTX only, JIT-compiled on an sm_90 GPU, reads ptx 75.
+  int image_ptx_arch = 0, image_binary_arch = 0;
+  std::string built_archs;  // the build's architecture list (TESSERA_CUDA_ARCHS)
+
+  int device_capability() const { return compute_major * 10 + compute_minor; }
+  // What the loaded kernels can use: min(device, image); 0 when no image loads.
+  int effective_capability() const;
+  bool supports_bf16() const { return effective_capability() >= 80; }
+  // "SASS for sm_90" or "PTX from compute_75, JIT-compiled for sm_90"
+  std::string describe_image() const;
 };
 
 // 0 when this build has no CUDA backend or no usable driver/device.
@@ -102,5 +114,25 @@ CudaDeviceInfo cuda_device_info(int index);
 // or newer, f16 (logged) on older GPUs; bf16 asked of a GPU without it falls
 // back to f16 with a warning, as the correct fallback.
 DType choose_compute_dtype(const std::string& requested, Device device);
+
+// choose_compute_dtype's decision as a pure function of the device's compute
+// capability, the loaded kernel image's architecture (0: unknown, taken as the
+// device's) and the request; `message` says why when the dtype differs from
+// what a bf16-capable GPU would give, `warn` whether it is a warning.
+struct ComputeDtypeDecision {
+  DType dtype = DType::kF32;
+  std::string message;
+  bool warn = false;
+};
+ComputeDtypeDecision decide_compute_dtype(const std::string& requested, int device_capability, int image_arch);
+
+// Which kernel a CUDA backend runs attention with for steps that hold a
+// prefill chunk. kAuto: the tensor-core kernel where dtype (f16/bf16), head_dim
+// (64/128) and the loaded image (compute_80+) allow it, else the scalar one.
+// kTensorCore where it cannot run throws Error(kUnsupported) at the launch.
+// Process-wide; for benchmarks and tests that compare the two.
+enum class PrefillAttentionKernel { kAuto, kScalar, kTensorCore };
+void set_prefill_attention_kernel(PrefillAttentionKernel kernel);
+PrefillAttentionKernel prefill_attention_kernel();
 
 }  // namespace tessera::backend

@@ -114,6 +114,7 @@ int run_check_env() {
     fmt::print("  cuda:{}  {}  compute {}.{}  {:.1f} GiB total, {:.1f} GiB free  {}\n", i, info.name, info.compute_major,
                info.compute_minor, info.total_memory / double(1 << 30), info.free_memory / double(1 << 30),
                info.supports_bf16() ? "bf16" : "no bf16 (fp16)");
+    fmt::print("          kernels: {}\n", info.describe_image());
   }
   if (gpus > 1 && driver.init && driver.device_get && driver.can_access_peer && driver.init(0) == 0) {
     fmt::print("peer access     (row can access column)\n        ");

@@ -91,10 +91,25 @@ class CudaBackend final : public Backend {
                               info.name, info.compute_major, info.compute_minor),
                   "use a newer GPU or --device cpu");
     }
+    // What the loaded kernel image can run, not only what the GPU can (a PTX-only build).
+    if (info.effective_capability() == 0) {
+      throw Error(ErrorKind::kUnsupported, fmt::format("cuda:{} ({}): {}", index_, info.name, info.describe_image()),
+                  fmt::format("rebuild with -DTESSERA_CUDA_ARCHS={}{} (or a list holding it)", info.compute_major,
+                              info.compute_minor));
+    }
+    if (info.effective_capability() < 75) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("cuda:{} ({}): kernels loaded as {}; tessera's kernels need compute_75 or newer",
+                              index_, info.name, info.describe_image()),
+                  "rebuild with TESSERA_CUDA_ARCHS holding 75 or newer");
+    }
     if (compute_dtype_ == DType::kBF16 && !info.supports_bf16()) {
       throw Error(ErrorKind::kUnsupported,
-                  fmt::format("cuda:{} ({}) has no bfloat16 arithmetic", index_, info.name),
-                  "use --dtype float16 (or auto, which picks it on this GPU)");
+                  info.device_capability() >= 80
+                      ? fmt::format("cuda:{} ({}): kernels loaded as {}; bf16 needs kernels built for 8.0 or newer",
+                                    index_, info.name, info.describe_image())
+                      : fmt::format("cuda:{} ({}) has no bfloat16 arithmetic", index_, info.name),
+                  "use --dtype float16 (or auto, which picks it here)");
     }
   }
   Allocator& allocator() override { return *allocator_; }
@@ -334,6 +349,8 @@ CudaDeviceInfo cuda_device_info(int index) {
   TESSERA_CUDA_CHECK(cudaGetDevice(&current));
   TESSERA_CUDA_CHECK(cudaSetDevice(index));
   TESSERA_CUDA_CHECK(cudaMemGetInfo(&info.free_memory, &info.total_memory));
+  cuda::loaded_kernel_image(&info.image_ptx_arch, &info.image_binary_arch);
+  info.built_archs = TESSERA_CUDA_ARCHS_STRING;
   TESSERA_CUDA_CHECK(cudaSetDevice(current));
   return info;
 }
