@@ -81,11 +81,19 @@ void bench_prefill(model::Transformer& model, int64_t tokens, double matmul_rate
   auto start = Clock::now();
   engine::generate(model, prompt, options);
   const double seconds = seconds_since(start);
-  const double flops = 2.0 * parameter_count(spec) * tokens;
+  // The LM head runs on the last token only (logit_rows); every other linear layer on all of them.
+  const double lm_head = double(spec.vocab_size) * double(spec.hidden_size);
+  const double flops = 2.0 * (parameter_count(spec) - lm_head) * tokens + 2.0 * lm_head;
   fmt::print("prefill         {} tokens in {:.1f} ms ({:.0f} tokens/s, {:.1f} TFLOP/s in linear layers)\n", tokens,
              seconds * 1e3, tokens / seconds, flops / seconds / 1e12);
   fmt::print("matmul rate     {:.1f} TFLOP/s (measured now); prefill at {:.1f}% of it\n", matmul_rate / 1e12,
              100.0 * flops / seconds / matmul_rate);
+  // Causal attention adds 4·n²·d·heads/2 per layer (Q·Kᵀ and P·V over the lower triangle).
+  const double attention_flops = spec.num_layers * 4.0 * double(tokens) * double(tokens) * double(spec.head_dim) *
+                                 double(spec.num_heads) / 2.0;
+  fmt::print("with attention  {:.1f} TFLOP/s counting linear + causal attention FLOPs ({:.1f} TFLOP), {:.1f}% of matmul\n",
+             (flops + attention_flops) / seconds / 1e12, (flops + attention_flops) / 1e12,
+             100.0 * (flops + attention_flops) / seconds / matmul_rate);
 }
 
 int run_bench(const BenchArgs& args) {

@@ -8,13 +8,17 @@
 // the paged cache into shared memory once for all 64 queries (the decode
 // kernel re-reads them per query), and runs an online softmax per query in
 // f32, rescaling the accumulator only when the running maximum grows.
-// Scalar FMA, no tensor cores yet: the next step up is an mma.sync
-// version, with this kernel and the CPU twin as its judges.
+// Scalar FMA: the kernel for f32, for head dims other than 64 and 128, and for
+// images older than compute_80; elsewhere the launcher hands the work to the
+// tensor-core twin (attention_prefill_mma.cu), which this kernel and the CPU
+// twin judge.
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/prefill_kernel_choice.h"
 #include "core/error.h"
 
 namespace tessera::backend::cuda {
@@ -136,6 +140,18 @@ void launch_prefill_attention(const T* qkv, const int32_t* positions, const int3
                               int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
                               const T* k_cache, const T* v_cache, T* out, cudaStream_t stream) {
   if (num_tiles == 0) return;
+  // The tensor-core twin where dtype, head_dim and the loaded image allow it.
+  if constexpr (std::is_same_v<T, float>) {
+    use_tensor_core_prefill(DType::kF32, head_dim, 0);  // logs; throws if the tensor-core kernel is forced
+  } else {
+    const DType dtype = std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16;
+    if (use_tensor_core_prefill(dtype, head_dim, prefill_attention_mma_image_arch<T>(head_dim))) {
+      launch_prefill_attention_mma<T>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
+                                      max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window, k_cache,
+                                      v_cache, out, stream);
+      return;
+    }
+  }
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(heads));
 #define TESSERA_PREFILL_CASE(D)                                                                                   \
   case D:                                                                                                         \

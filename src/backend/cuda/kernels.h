@@ -10,6 +10,11 @@
 
 namespace tessera::backend::cuda {
 
+// The PTX and binary architectures (10·major + minor) of the kernel image the
+// runtime loaded for the current device (kernel_image.cu); false, both 0, when
+// this build holds no image that runs on it.
+bool loaded_kernel_image(int* ptx_arch, int* binary_arch);
+
 // out [n, hidden] = table [vocab, hidden] rows ids [n] (ids already validated)
 template <typename T>
 void launch_embedding(const T* table, int64_t hidden, const int32_t* ids, int64_t n, T* out, cudaStream_t stream);
@@ -53,6 +58,22 @@ void launch_prefill_attention(const T* qkv, const int32_t* positions, const int3
                               const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
                               int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
                               const T* k_cache, const T* v_cache, T* out, cudaStream_t stream);
+
+// The tensor-core twin of launch_prefill_attention (mma.sync, flash-attention-2
+// style; attention_prefill_mma.cu), for T = __half or __nv_bfloat16 and head_dim
+// 64 or 128 on images built for compute_80 or newer. Same arguments, same tiles.
+template <typename T>
+void launch_prefill_attention_mma(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
+                                  const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
+                                  const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
+                                  int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
+                                  const T* k_cache, const T* v_cache, T* out, cudaStream_t stream);
+
+// The architecture of the code the CUDA runtime loaded on the current device for
+// that kernel, min(PTX version, binary version) as 10·major + minor (75, 90);
+// 0 when (T, head_dim) has no such kernel or no image of it loads here.
+template <typename T>
+int prefill_attention_mma_image_arch(int64_t head_dim);
 
 // out [n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]
 template <typename T>

@@ -1,0 +1,55 @@
+#include "backend/cuda/prefill_kernel_choice.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tessera::backend::cuda {
+
+namespace {
+
+// Logs each distinct line once per process: a forward launches per layer.
+void log_once(const std::string& line) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (said.insert(line).second) log_info("{}", line);
+}
+
+}  // namespace
+
+bool use_tensor_core_prefill(DType dtype, int64_t head_dim, int image_arch) {
+  const PrefillAttentionKernel wanted = prefill_attention_kernel();
+  std::string why_not;
+  if (dtype != DType::kF16 && dtype != DType::kBF16) {
+    why_not = fmt::format("it computes in {}; tensor cores need float16 or bfloat16", dtype_name(dtype));
+  } else if (head_dim != 64 && head_dim != 128) {
+    why_not = fmt::format("head_dim {} has no tensor-core kernel (64 and 128 do)", head_dim);
+  } else if (image_arch < 80) {
+    why_not = image_arch == 0 ? std::string("no image of the tensor-core kernel loads on this device")
+                              : fmt::format("kernels built for compute capability {}.{} only; mma.sync needs 8.0",
+                                            image_arch / 10, image_arch % 10);
+  }
+  if (wanted == PrefillAttentionKernel::kTensorCore && !why_not.empty()) {
+    throw Error(ErrorKind::kUnsupported, "the tensor-core prefill attention cannot run: " + why_not,
+                "use the scalar kernel (PrefillAttentionKernel::kAuto or kScalar)");
+  }
+  const bool tensor_core = wanted != PrefillAttentionKernel::kScalar && why_not.empty();
+  if (tensor_core) {
+    log_once(fmt::format("prefill attention: tensor-core kernel (mma.sync {}, head_dim {}, image {}.{})",
+                         dtype_name(dtype), head_dim, image_arch / 10, image_arch % 10));
+  } else if (wanted == PrefillAttentionKernel::kScalar) {
+    log_once(fmt::format("prefill attention: scalar kernel ({}, head_dim {}, asked for)", dtype_name(dtype), head_dim));
+  } else {
+    log_once(fmt::format("prefill attention: scalar kernel ({})", why_not));
+  }
+  return tensor_core;
+}
+
+}  // namespace tessera::backend::cuda

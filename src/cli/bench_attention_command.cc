@@ -1,0 +1,173 @@
+// `tessera bench attention`: prefill attention alone, the scalar kernel against
+// the tensor-core one, at several prompt lengths of one sequence in the paged
+// cache, for a model's attention shape (default: InternLM2.5-7B, 32 query
+// heads, 8 KV heads, head_dim 128). Causal attention does 4·n²·d·heads/2
+// FLOPs (Q·Kᵀ and P·V over the lower triangle); the table sets its rate
+// against a large matmul measured in the same run, the hardware's practical
+// limit for 16-bit tensor-core work.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "core/device.h"
+#include "core/error.h"
+
+namespace tessera::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchAttentionArgs {
+  std::string device = "cuda";
+  std::string dtype = "auto";
+  std::string tokens = "1024,2048,4096,8192";
+  int64_t heads = 32, kv_heads = 8, head_dim = 128, block_size = 64;
+  int repeats = 5;
+};
+
+std::vector<int64_t> parse_lengths(const std::string& list) {
+  std::vector<int64_t> lengths;
+  std::stringstream stream(list);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    try {
+      size_t used = 0;
+      const int64_t n = std::stoll(item, &used);
+      if (used != item.size() || n <= 0) throw std::invalid_argument(item);
+      lengths.push_back(n);
+    } catch (const std::exception&) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--tokens: '{}' is not a positive token count", item),
+                  "give a comma-separated list, e.g. --tokens 1024,4096");
+    }
+  }
+  return lengths;
+}
+
+// FLOP/s of an 8192³ product in the compute dtype (1024³ on the CPU).
+double measure_matmul_rate(backend::Backend& backend) {
+  const int64_t n = backend.device().is_cpu() ? 1024 : 8192;
+  Tensor x = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
+  Tensor w = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
+  Tensor y = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
+  backend.linear(x, w, Tensor(), y);
+  backend.synchronize();
+  const int repeats = backend.device().is_cpu() ? 2 : 10;
+  auto start = Clock::now();
+  for (int i = 0; i < repeats; ++i) backend.linear(x, w, Tensor(), y);
+  backend.synchronize();
+  return 2.0 * n * n * n * repeats / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Tensor random_on(backend::Backend& backend, Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(shape_numel(shape));
+  for (float& v : values) v = dist(rng);
+  return backend.upload_weight(Tensor::from_f32(values, shape));
+}
+
+// One prompt of n tokens attending over itself in the paged cache, as a prefill's layer does.
+struct Problem {
+  backend::AttentionBatch batch;
+  backend::PagedKvLayer cache;
+  Tensor qkv, out;
+};
+
+Problem make_problem(backend::Backend& backend, const BenchAttentionArgs& a, int64_t n) {
+  Problem p;
+  const int64_t blocks = (n + a.block_size - 1) / a.block_size;
+  p.batch.positions.resize(n);
+  std::iota(p.batch.positions.begin(), p.batch.positions.end(), 0);
+  p.batch.query_start = {0, static_cast<int32_t>(n)};
+  p.batch.block_tables.resize(blocks);
+  std::iota(p.batch.block_tables.begin(), p.batch.block_tables.end(), 0);
+  p.batch.max_blocks_per_seq = static_cast<int32_t>(blocks);
+  p.cache.keys = random_on(backend, {blocks, a.kv_heads, a.block_size, a.head_dim}, 1);
+  p.cache.values = random_on(backend, {blocks, a.kv_heads, a.block_size, a.head_dim}, 2);
+  p.qkv = random_on(backend, {n, (a.heads + 2 * a.kv_heads) * a.head_dim}, 3);
+  p.out = Tensor::empty({n, a.heads * a.head_dim}, backend.compute_dtype(), backend.allocator());
+  return p;
+}
+
+// Seconds per call of `kernel`, or a negative number with `why` when it cannot run here.
+double time_kernel(backend::Backend& backend, const BenchAttentionArgs& a, Problem& p,
+                   backend::PrefillAttentionKernel kernel, std::string* why) {
+  backend::set_prefill_attention_kernel(kernel);
+  try {
+    backend.prepare(p.batch);
+    backend.paged_attention(p.qkv, a.heads, p.batch, p.cache, a.block_size, p.out);  // warm-up
+    backend.synchronize();
+    auto start = Clock::now();
+    for (int i = 0; i < a.repeats; ++i) backend.paged_attention(p.qkv, a.heads, p.batch, p.cache, a.block_size, p.out);
+    backend.synchronize();
+    backend::set_prefill_attention_kernel(backend::PrefillAttentionKernel::kAuto);
+    return std::chrono::duration<double>(Clock::now() - start).count() / a.repeats;
+  } catch (const Error& e) {
+    backend::set_prefill_attention_kernel(backend::PrefillAttentionKernel::kAuto);
+    if (e.kind() != ErrorKind::kUnsupported) throw;
+    *why = e.message();
+    return -1.0;
+  }
+}
+
+int run_bench_attention(const BenchAttentionArgs& a) {
+  if (a.heads % a.kv_heads != 0) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--heads {} is not a multiple of --kv-heads {}", a.heads, a.kv_heads));
+  }
+  const std::vector<int64_t> lengths = parse_lengths(a.tokens);
+  const Device device = parse_device(a.device);
+  const DType dtype = backend::choose_compute_dtype(a.dtype, device);
+  std::unique_ptr<backend::Backend> backend =
+      device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
+  backend->check_supported({a.head_dim, a.heads, a.kv_heads});
+  const double matmul = measure_matmul_rate(*backend);
+  fmt::print("prefill attention, {} query heads / {} KV heads, head_dim {}, block {}, {} on {}\n", a.heads, a.kv_heads,
+             a.head_dim, a.block_size, dtype_name(backend->compute_dtype()), device.to_string());
+  fmt::print("matmul rate {:.1f} TFLOP/s (a large linear layer, measured now); causal FLOPs = 4·n²·d·heads/2\n",
+             matmul / 1e12);
+  fmt::print("{:>7}  {:>11} {:>9}  {:>11} {:>9} {:>10}  {:>8}\n", "tokens", "scalar ms", "TFLOP/s", "tensor ms",
+             "TFLOP/s", "of matmul", "speed-up");
+  std::string scalar_why, tensor_why;
+  for (int64_t n : lengths) {
+    Problem p = make_problem(*backend, a, n);
+    const double flops = 4.0 * double(n) * double(n) * double(a.head_dim) * double(a.heads) / 2.0;
+    const double scalar = time_kernel(*backend, a, p, backend::PrefillAttentionKernel::kScalar, &scalar_why);
+    const double tensor = device.is_cpu() ? -1.0
+                                          : time_kernel(*backend, a, p, backend::PrefillAttentionKernel::kTensorCore,
+                                                        &tensor_why);
+    auto ms = [](double s) { return s < 0 ? std::string("n/a") : fmt::format("{:.3f}", s * 1e3); };
+    auto rate = [&](double s) { return s < 0 ? std::string("n/a") : fmt::format("{:.2f}", flops / s / 1e12); };
+    fmt::print("{:>7}  {:>11} {:>9}  {:>11} {:>9} {:>10}  {:>8}\n", n, ms(scalar), rate(scalar), ms(tensor),
+               rate(tensor), tensor < 0 ? std::string("n/a") : fmt::format("{:.1f}%", 100.0 * flops / tensor / matmul),
+               scalar < 0 || tensor < 0 ? std::string("n/a") : fmt::format("{:.1f}x", scalar / tensor));
+  }
+  if (device.is_cpu()) fmt::print("(the CPU has one attention kernel; it is the scalar column)\n");
+  if (!tensor_why.empty()) fmt::print("tensor-core kernel: {}\n", tensor_why);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_attention_command(CLI::App& app, Runner& runner) {
+  auto args = std::make_shared<BenchAttentionArgs>();
+  CLI::App* bench = app.get_subcommand("bench");
+  CLI::App* cmd = bench->add_subcommand("attention", "Prefill attention alone: scalar vs tensor-core kernel, TFLOP/s vs matmul");
+  cmd->add_option("--device", args->device, "cuda, cuda:N or cpu")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "auto, float16, bfloat16 or float32")->capture_default_str();
+  cmd->add_option("--tokens", args->tokens, "prompt lengths, comma-separated")->capture_default_str();
+  cmd->add_option("--heads", args->heads)->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-heads", args->kv_heads)->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--head-dim", args->head_dim)->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--block-size", args->block_size, "KV cache block size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--repeats", args->repeats)->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->callback([&runner, args] { runner = [args] { return run_bench_attention(*args); }; });
+}
+
+}  // namespace tessera::cli
