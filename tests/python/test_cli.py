@@ -92,3 +92,14 @@ def test_unknown_flag_and_bad_value_are_usage_errors(tessera_bin, demo_dir):
     assert result.returncode != 0
     result = run(tessera_bin, "generate", demo_dir, "--log-level", "LOUD", check=False)
     assert result.returncode != 0 and "LOUD" in result.stderr
+
+
+def test_bench_attention_prints_its_table_on_the_cpu(tessera_bin):
+    result = run(tessera_bin, "bench", "attention", "--device", "cpu", "--tokens", "16,33", "--heads", "4",
+                 "--kv-heads", "2", "--head-dim", "64", "--repeats", "1")
+    assert "matmul rate" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip()[:2].isdigit()]
+    assert [row[0] for row in rows] == ["16", "33"], result.stdout
+    assert all(float(row[1]) > 0 for row in rows), result.stdout  # the scalar (CPU) kernel was timed
+    bad = run(tessera_bin, "bench", "attention", "--device", "cpu", "--tokens", "16,x", check=False)
+    assert bad.returncode == 2 and "--tokens" in bad.stderr
