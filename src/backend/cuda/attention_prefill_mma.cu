@@ -44,6 +44,7 @@ constexpr int kRows = 16 * kWarps;  // (query, head) rows per block
 constexpr int kKeys = 64;           // keys per K/V tile
 constexpr int kThreads = 32 * kWarps;
 constexpr int kPad = 8;             // elements of padding per shared row (16 bytes)
+static_assert(kRows == 64, "a block's rows are 64 (query, head) pairs, as prepare() cuts 64-query tiles");
 
 template <int kHeadDim>
 constexpr int shared_bytes() {
