@@ -49,6 +49,9 @@ class Backend {
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   // Waits until every queued op has finished (benchmarks time with this).
   virtual void synchronize() = 0;
+  // The device stream every op is queued on (a cudaStream_t on CUDA), so a
+  // communicator can order its collectives on it; null on the CPU.
+  virtual void* stream_handle() { return nullptr; }
 
   // out[i, :] = table[ids[i], :]          table [vocab, hidden], out [n, hidden]
   virtual void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;

@@ -17,6 +17,9 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "comm/comm_plan.h"
+#include "comm/nccl_communicator.h"
+#include "core/error.h"
 #include "core/dtype.h"
 #include "engine/memory_plan.h"
 
@@ -108,7 +111,8 @@ int run_check_env() {
 
   const int gpus = backend::cuda_device_count();
   fmt::print("GPUs            {}{}\n", gpus, gpus == 0 ? " (none usable by this build)" : "");
-  bool every_pair_peer = gpus > 1;
+  std::vector<std::vector<bool>> peer_access(gpus, std::vector<bool>(gpus, false));
+  for (int i = 0; i < gpus; ++i) peer_access[i][i] = true;
   for (int i = 0; i < gpus; ++i) {
     backend::CudaDeviceInfo info = backend::cuda_device_info(i);
     fmt::print("  cuda:{}  {}  compute {}.{}  {:.1f} GiB total, {:.1f} GiB free  {}\n", i, info.name, info.compute_major,
@@ -125,13 +129,12 @@ int run_check_env() {
       for (int j = 0; j < gpus; ++j) {
         int a = 0, b = 0, ok = 0;
         if (i != j && driver.device_get(&a, i) == 0 && driver.device_get(&b, j) == 0) driver.can_access_peer(&ok, a, b);
-        if (i != j && !ok) every_pair_peer = false;
+        if (i != j) peer_access[i][j] = ok != 0;
         fmt::print("{:>6}", i == j ? "-" : (ok ? "yes" : "no"));
       }
       fmt::print("\n");
     }
   } else if (gpus > 1) {
-    every_pair_peer = false;
     fmt::print("peer access     unknown (the driver API is not available)\n");
   }
 
@@ -140,9 +143,27 @@ int run_check_env() {
     DType dtype = backend::choose_compute_dtype("auto", Device::cuda(0));
     fmt::print("  backend       turbomind (CUDA) on cuda:0\n");
     fmt::print("  dtype         {}\n", dtype_name(dtype));
-    fmt::print("  communicator  {}\n", gpus == 1 ? "none (one GPU)"
-                                       : every_pair_peer ? "custom all-reduce over peer access, NCCL for the rest"
-                                                         : "NCCL (not every pair has peer access)");
+    // What --tp over every visible GPU would use, and with the switches.
+    auto describe = [&](bool same_device, bool disable_custom) {
+      comm::CommRequest request;
+      request.world_size = gpus > 1 || !same_device ? gpus : 2;
+      request.on_gpu = true;
+      request.visible_gpus = gpus;
+      request.same_device = same_device;
+      request.disable_custom_all_reduce = disable_custom;
+      request.nccl_available = comm::nccl_available();
+      request.peer_access = peer_access;
+      try {
+        comm::CommPlan plan = comm::choose_comm(request);
+        return fmt::format("{} ({})", comm::comm_kind_name(plan.kind), plan.reason);
+      } catch (const Error& e) {
+        return fmt::format("refused: {}", e.message());
+      }
+    };
+    const int same_device_tp = gpus > 1 ? gpus : 2;
+    fmt::print("  communicator  --tp {}: {}\n", gpus, gpus == 1 ? "none (one GPU)" : describe(false, false));
+    if (gpus > 1) fmt::print("                with --disable-custom-all-reduce: {}\n", describe(false, true));
+    fmt::print("                TESSERA_TP_SAME_DEVICE=1 --tp {}: {}\n", same_device_tp, describe(true, false));
   } else {
     fmt::print("  backend       cpu\n  dtype         float32\n  communicator  none\n");
   }

@@ -17,6 +17,7 @@ void add_bench_command(CLI::App& app, Runner& runner);
 void add_bench_engine_command(CLI::App& app, Runner& runner);  // after add_bench_command
 void add_bench_serve_command(CLI::App& app, Runner& runner);   // after add_bench_command
 void add_bench_attention_command(CLI::App& app, Runner& runner);  // after add_bench_command
+void add_bench_allreduce_command(CLI::App& app, Runner& runner);  // after add_bench_command
 void add_serve_command(CLI::App& app, Runner& runner);
 void add_chat_command(CLI::App& app, Runner& runner);
 void add_check_env_command(CLI::App& app, Runner& runner);

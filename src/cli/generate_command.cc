@@ -1,7 +1,8 @@
 // `tessera generate MODEL_DIR --prompt TEXT`: one generation, the text on
 // stdout and nothing else (logs go to stderr). With --tp N the model is split
-// over N tensor-parallel ranks (threads of this process on the CPU) and the
-// request runs through the serving engine, as `serve --tp N` runs it.
+// over N tensor-parallel ranks (threads of this process: CPU ranks, or one GPU
+// each with --device cuda; several on one GPU with TESSERA_TP_SAME_DEVICE=1)
+// and the request runs through the serving engine, as `serve --tp N` runs it.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "cli/serving_model.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -34,11 +36,13 @@ struct GenerateArgs {
   std::string dtype = "auto";
   bool ignore_eos = false;
   int tp = 1;
+  bool disable_custom_all_reduce = false;
 };
 
-// The generation of `options` through an Engine over `tp` CPU ranks: the same
-// Sampler and stop rules as engine::generate.
-engine::GenerateResult generate_tensor_parallel(const model::HostModel& model, int tp,
+// The generation of `options` through an Engine over `tp` ranks (`plan`): the
+// same Sampler and stop rules as engine::generate.
+engine::GenerateResult generate_tensor_parallel(const model::HostModel& model, int tp, const comm::CommPlan& plan,
+                                                DType dtype,
                                                 const std::vector<int32_t>& prompt,
                                                 const engine::GenerateOptions& options, bool ignore_eos,
                                                 const std::function<void(int32_t)>& on_token) {
@@ -58,6 +62,8 @@ engine::GenerateResult generate_tensor_parallel(const model::HostModel& model, i
   executor_config.tp = tp;
   executor_config.num_blocks = config.num_blocks;
   executor_config.block_size = config.block_size;
+  executor_config.comm_plan = plan;
+  executor_config.compute_dtype = dtype;
   engine::Engine engine(config, std::make_unique<engine::TpExecutor>(model, executor_config));
 
   engine::Request request;
@@ -85,9 +91,10 @@ engine::GenerateResult generate_tensor_parallel(const model::HostModel& model, i
 
 int run_generate(const GenerateArgs& args) {
   const Device device = parse_device(args.device);
-  if (args.tp > 1 && !device.is_cpu()) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("--tp {} runs on the CPU only so far", args.tp),
-                "use --device cpu with --tp, or --tp 1 on the GPU");
+  comm::CommPlan comm_plan;  // where the ranks run: decided before anything touches a device
+  if (args.tp > 1) {
+    model::check_tp_size(model::read_model_spec(args.model_dir), args.tp);  // before reading the weights
+    comm_plan = choose_tp_comm(args.tp, device, args.disable_custom_all_reduce);
   }
   const DType dtype = backend::choose_compute_dtype(args.dtype, device);
   std::unique_ptr<text::Tokenizer> tokenizer = text::load_tokenizer(args.model_dir);
@@ -95,7 +102,6 @@ int run_generate(const GenerateArgs& args) {
   std::unique_ptr<model::Transformer> model;
   std::optional<model::HostModel> host_model;
   if (args.tp > 1) {
-    model::check_tp_size(model::read_model_spec(args.model_dir), args.tp);  // before reading the weights
     host_model = model::read_host_model(args.model_dir);
   } else {
     backend = device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
@@ -129,7 +135,8 @@ int run_generate(const GenerateArgs& args) {
     }
   };
   engine::GenerateResult result =
-      host_model ? generate_tensor_parallel(*host_model, args.tp, prompt, options, args.ignore_eos, on_token)
+      host_model ? generate_tensor_parallel(*host_model, args.tp, comm_plan, dtype, prompt, options, args.ignore_eos,
+                                            on_token)
                  : engine::generate(*model, prompt, options, on_token);
   std::string text = tokenizer->decode(generated, /*skip_special=*/true);
   if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
@@ -154,9 +161,11 @@ void add_generate_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--dtype", args->dtype, "auto, float16, bfloat16 or float32 (auto: bf16 where the GPU has it)")
       ->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past the end-of-sequence token");
-  cmd->add_option("--tp", args->tp, "tensor-parallel ranks (on the CPU: threads of this process)")
+  cmd->add_option("--tp", args->tp, "tensor-parallel ranks (threads of this process: one GPU each, or CPU ranks)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--disable-custom-all-reduce", args->disable_custom_all_reduce,
+                "NCCL for every collective, even where every pair of GPUs has peer access");
   cmd->callback([&runner, args] { runner = [args] { return run_generate(*args); }; });
 }
 

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_bench_engine_command(app, runner);
   tessera::cli::add_bench_serve_command(app, runner);
   tessera::cli::add_bench_attention_command(app, runner);
+  tessera::cli::add_bench_allreduce_command(app, runner);
 
   try {
     app.parse(argc, argv);

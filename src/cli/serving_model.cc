@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "comm/nccl_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/cpu_executor.h"
@@ -24,6 +25,8 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float16", "bfloat16", "float32"}));
   cmd->add_option("--tp", a.tp, "tensor-parallel GPUs")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--disable-custom-all-reduce", a.disable_custom_all_reduce,
+                "NCCL for every collective, even where every pair of GPUs has peer access");
   cmd->add_option("--session-len", a.session_len, "tokens per session, prompt and output (default: the model's context)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-batch-size", a.max_batch_size, "sequences per step (default: 256 on a GPU, 64 on the CPU)")
@@ -74,6 +77,26 @@ void check_supported(const EngineArgs& a) {
   }
 }
 
+comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_reduce) {
+  comm::CommRequest request;
+  request.world_size = tp;
+  request.on_gpu = !device.is_cpu();
+  request.disable_custom_all_reduce = disable_custom_all_reduce;
+  if (request.on_gpu) {
+    request.visible_gpus = backend::cuda_device_count();
+    request.same_device = comm::same_device_from_env();
+    request.nccl_available = comm::nccl_available();
+    request.first_device = device.index;
+    request.peer_access = comm::query_peer_access();
+  }
+  comm::CommPlan plan = comm::choose_comm(request);
+  std::string devices;
+  for (int d : plan.devices) devices += (devices.empty() ? "cuda:" : ", cuda:") + std::to_string(d);
+  log_info("tensor parallelism: {} ranks{}{}, {} communicator: {}", tp, devices.empty() ? "" : " on ", devices,
+           comm::comm_kind_name(plan.kind), plan.reason);
+  return plan;
+}
+
 Device choose_device(const EngineArgs& a) {
   if (a.backend == "cpu") {
     if (a.device != "auto" && a.device != "cpu") {
@@ -102,10 +125,6 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   auto s = std::make_unique<ServingModel>();
   s->device = choose_device(a);
   s->dtype = backend::choose_compute_dtype(a.dtype, s->device);
-  if (a.tp > 1 && !s->device.is_cpu()) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("--tp {} runs on the CPU only so far", a.tp),
-                "use --backend cpu with --tp, or --tp 1 on one GPU");
-  }
   s->tokenizer = text::load_tokenizer(a.model_path);
   if (!a.chat_template.empty()) {
     s->chat_template = text::ChatTemplate::from_option(a.chat_template);
@@ -121,8 +140,10 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   log_info("loading {} on {}{}", a.model_path, s->device.to_string(),
            a.tp > 1 ? fmt::format(" as {} tensor-parallel ranks", a.tp) : "");
   std::optional<model::HostModel> host_model;  // tensor parallelism: read once, sharded by the executor
+  comm::CommPlan comm_plan;
   if (a.tp > 1) {
     model::check_tp_size(model::read_model_spec(a.model_path), a.tp);  // before reading the weights
+    comm_plan = choose_tp_comm(a.tp, s->device, a.disable_custom_all_reduce);
     host_model = model::read_host_model(a.model_path);
     s->spec = host_model->spec;
   } else {
@@ -145,6 +166,15 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   const size_t free_now = s->device.is_cpu() ? engine::host_available_memory()
                                              : backend::cuda_device_info(s->device.index).free_memory;
   in.memory_budget = free_now + in.weight_bytes;
+  if (host_model && !s->device.is_cpu()) {
+    // GPU ranks: the plan is one rank's (its share of the weights and of each
+    // KV block) against its device's free memory, the weights not loaded yet;
+    // ranks sharing one GPU (same-device) share its memory.
+    const int64_t rank_kv_heads = model::make_tp_shard(spec, 0, a.tp).num_kv_heads;
+    in.weight_bytes = in.weight_bytes / static_cast<size_t>(a.tp);
+    in.block_bytes = in.block_bytes * static_cast<size_t>(rank_kv_heads) / static_cast<size_t>(spec.num_kv_heads);
+    in.memory_budget = comm_plan.kind == comm::CommKind::kSameDevice ? free_now / static_cast<size_t>(a.tp) : free_now;
+  }
   if (s->device.is_cpu() && in.cache_max_entry_count < 1.0) {
     // Host memory is shared with everything else: blocks beyond what a full
     // batch of full sessions can use would only take RAM from the system.
@@ -174,6 +204,8 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
     tp_config.tp = a.tp;
     tp_config.num_blocks = config.num_blocks;
     tp_config.block_size = config.block_size;
+    tp_config.comm_plan = comm_plan;
+    tp_config.compute_dtype = s->dtype;
     executor = std::make_unique<engine::TpExecutor>(*host_model, tp_config);
   } else {
     executor = std::make_unique<engine::CpuExecutor>(*s->model, config.num_blocks, config.block_size);

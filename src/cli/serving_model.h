@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "comm/comm_plan.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
 #include "model/transformer.h"
@@ -23,7 +24,8 @@ struct EngineArgs {
   std::string backend = "turbomind";  // turbomind (the GPU), pytorch (accepted, same engine), cpu
   std::string device = "auto";        // auto, cpu, cuda, cuda:N
   std::string dtype = "auto";
-  int tp = 1;                         // > 1: ranks as threads of this process, on the CPU for now
+  int tp = 1;                         // > 1: ranks as threads of this process, one GPU each (or CPU ranks)
+  bool disable_custom_all_reduce = false;  // NCCL for every collective
   int64_t session_len = 0;            // 0: the model's max_position_embeddings
   int64_t max_batch_size = 0;         // 0: 256 on a GPU, 64 on the CPU
   double cache_max_entry_count = 0.8;
@@ -64,6 +66,10 @@ void check_supported(const EngineArgs& args);
 // loads. Throws Error for a bad model directory, a device problem or a memory
 // plan that does not fit.
 std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& args);
+
+// The communicator plan of `tp` ranks starting at `device` (comm::choose_comm
+// with this machine's GPUs, peer access, NCCL and TESSERA_TP_SAME_DEVICE).
+comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_reduce);
 
 // The device the flags mean: --backend cpu or --device cpu → the CPU; a GPU
 // backend with no GPU present falls back to the CPU with a warning unless a

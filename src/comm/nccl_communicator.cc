@@ -51,7 +51,7 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator(const NcclUniqueId& id, int rank, int world_size, int device, void* stream,
                    const NcclCommOptions& options)
       : rank_(rank), world_size_(world_size), device_(device), stream_(static_cast<cudaStream_t>(stream)),
-        timeout_(options.timeout) {
+        timeout_(options.timeout), group_abort_(options.group_abort) {
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       throw Error(ErrorKind::kInvalidArgument, fmt::format("NCCL: rank {} of a group of {}", rank, world_size));
     }
@@ -77,6 +77,11 @@ class NcclCommunicator : public Communicator {
   // A healthy communicator is finalised (within the timeout) and destroyed; a
   // failed one was aborted already. Never throws.
   ~NcclCommunicator() override {
+    if (!failed_.load() && group_abort_ && group_abort_->raised()) {
+      // A peer failed: finalising would wait for it in vain.
+      failed_.store(true);
+      ncclCommAbort(comm_);
+    }
     if (!failed_.load()) {
       ncclResult_t state = ncclCommFinalize(comm_);
       const auto deadline = Clock::now() + timeout_;
@@ -139,7 +144,7 @@ class NcclCommunicator : public Communicator {
   // Call from the rank's own thread (as the tensor-parallel executor does):
   // NCCL frees the communicator here.
   void abort(const std::string& reason) noexcept override {
-    (void)reason;
+    if (group_abort_) group_abort_->raise(rank_, reason);
     if (comm_ && !failed_.exchange(true)) ncclCommAbort(comm_);
   }
 
@@ -156,17 +161,27 @@ class NcclCommunicator : public Communicator {
     }
   }
 
-  void throw_if_failed(const char* op) const {
+  void throw_if_failed(const char* op) {
+    check_group(op);
     if (failed_.load()) {
       throw Error(ErrorKind::kCommFailure, fmt::format("NCCL {}: the communicator has failed and was aborted", op),
                   "a failed group stays failed; the group has to be built again");
     }
   }
 
+  // A peer of the group aborted: abort this rank's communicator too and fail.
+  void check_group(const char* what) {
+    if (!group_abort_ || !group_abort_->raised()) return;
+    if (comm_ && !failed_.exchange(true)) ncclCommAbort(comm_);
+    throw Error(ErrorKind::kCommFailure, fmt::format("NCCL {} on rank {}: {}", what, rank_, group_abort_->message()),
+                "look for the first error of the group");
+  }
+
   // Polls the communicator until its last call has completed on the host side.
   void wait_ready(const char* what) {
     const auto deadline = Clock::now() + timeout_;
     while (true) {
+      check_group(what);
       ncclResult_t state = ncclSuccess;
       ncclResult_t result = ncclCommGetAsyncError(comm_, &state);
       if (result != ncclSuccess) fail(result, what);
@@ -189,6 +204,7 @@ class NcclCommunicator : public Communicator {
     check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
     const auto deadline = Clock::now() + timeout_;
     while (true) {
+      check_group(what);
       cudaError_t query = cudaEventQuery(done_);
       if (query == cudaSuccess) return;
       if (query != cudaErrorNotReady) throw_cuda(query, what);
@@ -203,7 +219,7 @@ class NcclCommunicator : public Communicator {
 
   [[noreturn]] void fail(ncclResult_t result, const char* what) {
     std::string last = ncclGetLastError(comm_);
-    abort("NCCL error");
+    abort(fmt::format("NCCL {}: {}", what, ncclGetErrorString(result)));
     throw Error(ErrorKind::kCommFailure,
                 fmt::format("NCCL {} on rank {}: {}{}{}", what, rank_, ncclGetErrorString(result),
                             last.empty() ? "" : ": ", last),
@@ -211,7 +227,7 @@ class NcclCommunicator : public Communicator {
   }
 
   [[noreturn]] void timed_out(const char* what) {
-    abort("timeout");
+    abort(fmt::format("NCCL {} timed out", what));
     throw Error(ErrorKind::kCommFailure,
                 fmt::format("NCCL {} on rank {} did not complete within {} ms; the communicator was aborted", what,
                             rank_, timeout_.count()),
@@ -226,6 +242,7 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaEvent_t done_ = nullptr;
   void* scratch_ = nullptr;
+  std::shared_ptr<GroupAbort> group_abort_;
   std::atomic<bool> failed_{false};
 };
 

@@ -22,6 +22,7 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "comm/group_abort.h"
 
 namespace tessera::comm {
 
@@ -32,6 +33,10 @@ struct NcclUniqueId {
 
 struct NcclCommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Shared by the ranks of an in-process group: abort() raises it, and a rank
+  // polling a collective that sees it raised aborts its own communicator and
+  // fails at once instead of after the timeout. Null: this rank alone.
+  std::shared_ptr<GroupAbort> group_abort;
 };
 
 bool nccl_available();

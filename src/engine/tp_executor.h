@@ -1,8 +1,12 @@
 // TpExecutor: a StepPlan through tensor-parallel ranks in this process.
 //
-// Threads and ownership: one worker thread per rank, each owning its backend,
-// its communicator, its weight shard (model::make_transformer) and its part of
-// the paged cache (its KV heads). execute and forward are called from one
+// Threads and ownership: one worker thread per rank, each owning its backend
+// (on the CPU, or CUDA device comm_plan.devices[r] with its own stream), its
+// communicator (made on that thread from the group of config.comm_plan, its
+// collectives ordered on the backend's stream), its weight shard
+// (model::make_transformer) and its part of the paged cache (its KV heads).
+// Everything a rank owns is made and destroyed on its thread, so a CUDA rank's
+// device stays current there. execute and forward are called from one
 // thread (the engine thread); they build the ForwardBatch once, hand the same
 // const batch to every worker, and wait for all of them. Each rank ends with
 // the full logits (the LM head's all-gather); rank 0's are returned for
@@ -27,6 +31,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/comm_group.h"
+#include "comm/comm_plan.h"
 #include "comm/communicator.h"
 #include "engine/executor.h"
 #include "model/transformer.h"
@@ -38,7 +44,13 @@ struct TpExecutorConfig {
   int64_t num_blocks = 0;      // KV blocks of the paged cache (each rank holds its heads of all of them)
   int64_t block_size = 64;     // tokens per block
   std::chrono::milliseconds comm_timeout{std::chrono::minutes(5)};  // a rank waiting longer fails the step
-  // Makes rank r's backend, on that rank's thread. Default: the CPU backend.
+  // Where the ranks run and how they talk (comm::choose_comm). Default: CPU
+  // ranks and the thread communicator.
+  comm::CommPlan comm_plan;
+  DType compute_dtype = DType::kF32;  // of the default CUDA backends
+  comm::AllReduceAlgorithm all_reduce_algorithm = comm::AllReduceAlgorithm::kAuto;  // tests force one
+  // Makes rank r's backend, on that rank's thread. Default: the CPU backend
+  // for a thread plan, else the CUDA backend on comm_plan.devices[r].
   std::function<std::unique_ptr<backend::Backend>(int rank)> make_backend;
 };
 
@@ -61,6 +73,8 @@ class TpExecutor : public Executor {
   Tensor forward(const model::ForwardBatch& batch);
 
   int tp() const { return static_cast<int>(ranks_.size()); }
+  // The communicator backend of the ranks ("thread", "nccl", "custom+nccl", "same-device", ...).
+  std::string communicator_name() const;
   const model::ModelSpec& spec() const { return spec_; }
 
   // Runs on each rank's thread at the start of each forward (tests make a rank
@@ -71,24 +85,30 @@ class TpExecutor : public Executor {
   struct Rank {
     int index = 0;
     std::unique_ptr<backend::Backend> backend;
+    std::unique_ptr<comm::Communicator> comm;  // destroyed before the backend whose stream it uses
     std::unique_ptr<model::Transformer> model;
     backend::PagedKvCache cache;
     Tensor logits;
     std::exception_ptr error;
     std::thread thread;
+    // Releases what the rank owns, in dependency order, on the rank's thread.
+    void release() noexcept;
   };
 
   void work(Rank& rank);
+  // Runs `job` on every rank and waits; each rank's exception is in rank.error.
+  void run_job(const std::function<void(Rank&)>& job);
   // Runs `job` on every rank and waits; on any failure rebuilds the group and
   // throws the root error.
-  void run_on_all(const std::function<void(Rank&)>& job);
+  void run_on_all(const std::function<void(Rank&)>& job, bool rebuild_on_failure = true);
   void rebuild_group();
   void stop() noexcept;
 
   model::ModelSpec spec_;
   TpExecutorConfig config_;
-  std::vector<std::unique_ptr<comm::Communicator>> comms_;  // comms_[r] belongs to rank r
+  std::shared_ptr<comm::CommGroup> group_;  // the group the ranks' communicators were made from
   std::vector<std::unique_ptr<Rank>> ranks_;
+  bool broken_ = false;  // a failed group could not be built again: every step fails
   std::function<void(int)> hook_;
 
   std::mutex mutex_;  // guards job_, job_id_, pending_, stopping_

@@ -313,6 +313,51 @@ TEST_F(engineTpFaults, ARankThatStallsFailsTheStepAfterTheTimeoutAndTheNextStepW
   expect_step_works(executor);
 }
 
+// A rank that cannot even start (no backend) fails the start-up with its own
+// error at once: its peers are not left waiting for it.
+TEST_F(engineTpFaults, ARankThatCannotStartFailsTheStartUpWithItsError) {
+  engine::TpExecutorConfig config;
+  config.tp = 2;
+  config.num_blocks = kBlocks;
+  config.block_size = 4;
+  config.comm_timeout = std::chrono::minutes(10);
+  config.make_backend = [](int rank) -> std::unique_ptr<backend::Backend> {
+    if (rank == 1) throw Error(ErrorKind::kDeviceFailure, "cuda:1 is gone");
+    return backend::make_cpu_backend();
+  };
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    engine::TpExecutor executor(*model_, config);
+    ADD_FAILURE() << "started";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kDeviceFailure) << e.what();
+    EXPECT_NE(e.message().find("rank 1 of 2: cuda:1 is gone"), std::string::npos) << e.message();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
+}
+
+TEST(engineTp, GpuRanksInABuildWithoutCudaAreUnsupported) {
+#if defined(TESSERA_WITH_CUDA)
+  GTEST_SKIP() << "this build has CUDA";
+#else
+  const auto dir = first_golden_with(4);
+  if (dir.empty()) GTEST_SKIP() << "no golden fixture with 4 heads";
+  const model::HostModel model = model::read_host_model(dir);
+  for (comm::CommKind kind : {comm::CommKind::kNccl, comm::CommKind::kSameDevice, comm::CommKind::kCustom}) {
+    engine::TpExecutorConfig config;
+    config.tp = 2;
+    config.num_blocks = 4;
+    config.comm_plan = {kind, {0, kind == comm::CommKind::kSameDevice ? 0 : 1}, ""};
+    try {
+      engine::TpExecutor executor(model, config);
+      ADD_FAILURE() << comm::comm_kind_name(kind) << " started";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << comm::comm_kind_name(kind) << ": " << e.what();
+    }
+  }
+#endif
+}
+
 // The serving path: requests batched by the engine over tp = 2 give the tokens
 // each gives alone at tp = 1.
 TEST(engineTp, EngineOverTp2EqualsGenerateAlone) {

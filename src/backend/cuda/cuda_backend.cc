@@ -144,6 +144,7 @@ class CudaBackend final : public Backend {
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDefault, stream_));
   }
   void synchronize() override { TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void* stream_handle() override { return stream_; }
 
   void prepare(const AttentionBatch& batch) override {
     token_seq_host_.assign(batch.positions.size(), 0);

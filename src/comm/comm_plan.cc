@@ -1,0 +1,135 @@
+#include "comm/comm_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace tessera::comm {
+
+const char* comm_kind_name(CommKind kind) {
+  switch (kind) {
+    case CommKind::kThread: return "thread";
+    case CommKind::kNccl: return "nccl";
+    case CommKind::kCustom: return "custom";
+    case CommKind::kSameDevice: return "same-device";
+  }
+  return "?";
+}
+
+const char* all_reduce_algorithm_name(AllReduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllReduceAlgorithm::kAuto: return "auto";
+    case AllReduceAlgorithm::kOneShot: return "one-shot";
+    case AllReduceAlgorithm::kTwoShot: return "two-shot";
+  }
+  return "?";
+}
+
+AllReduceAlgorithm pick_all_reduce(size_t bytes, int world_size, AllReduceAlgorithm forced) {
+  if (forced != AllReduceAlgorithm::kAuto) return forced;
+  if (world_size <= 2 || bytes < kOneShotMaxBytes) return AllReduceAlgorithm::kOneShot;
+  return AllReduceAlgorithm::kTwoShot;
+}
+
+bool every_pair_has_peer_access(const std::vector<int>& devices, const std::vector<std::vector<bool>>& peer_access) {
+  for (int a : devices) {
+    for (int b : devices) {
+      if (a == b) continue;
+      if (a < 0 || b < 0 || a >= static_cast<int>(peer_access.size()) || b >= static_cast<int>(peer_access[a].size()) ||
+          !peer_access[a][b]) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+CommPlan choose_comm(const CommRequest& request) {
+  const int world = request.world_size;
+  if (world < 1) throw Error(ErrorKind::kInvalidArgument, fmt::format("--tp {}: needs at least one rank", world));
+  CommPlan plan;
+  if (!request.on_gpu) {
+    plan.kind = CommKind::kThread;
+    plan.reason = fmt::format("{} CPU rank(s) as threads of this process", world);
+    return plan;
+  }
+  if (request.visible_gpus < 1) {
+    throw Error(ErrorKind::kInvalidArgument, "tensor parallelism on the GPU: no CUDA device is visible",
+                "run `tessera check_env`, or use --device cpu");
+  }
+  if (request.first_device < 0 || request.first_device >= request.visible_gpus) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cuda:{} does not exist: {} CUDA device(s) visible", request.first_device,
+                            request.visible_gpus),
+                fmt::format("use cuda:0 .. cuda:{}", request.visible_gpus - 1));
+  }
+  if (request.same_device) {
+    plan.kind = CommKind::kSameDevice;
+    plan.devices.assign(world, request.first_device);
+    plan.reason = fmt::format("{} ranks on cuda:{} (TESSERA_TP_SAME_DEVICE): collectives over shared device buffers{}",
+                              world, request.first_device,
+                              request.disable_custom_all_reduce ? " (--disable-custom-all-reduce does not apply: "
+                                                                  "NCCL cannot run two ranks on one device)"
+                                                                : "");
+    return plan;
+  }
+  const int available = request.visible_gpus - request.first_device;
+  if (world > available) {
+    std::vector<std::string> fits;
+    for (int tp = 1; tp <= available; tp *= 2) fits.push_back(std::to_string(tp));
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--tp {} needs {} GPUs from cuda:{}, but {} are visible there", world, world,
+                            request.first_device, available),
+                fmt::format("use --tp {} (one rank per GPU), make more GPUs visible (CUDA_VISIBLE_DEVICES), or "
+                            "set TESSERA_TP_SAME_DEVICE=1 to test several ranks on one GPU",
+                            fmt::join(fits, " or ")));
+  }
+  for (int r = 0; r < world; ++r) plan.devices.push_back(request.first_device + r);
+  if (world == 1) {
+    plan.kind = request.nccl_available ? CommKind::kNccl : CommKind::kSameDevice;
+    plan.reason = "one rank: no collective moves data";
+    return plan;
+  }
+  const bool peers = every_pair_has_peer_access(plan.devices, request.peer_access);
+  if (peers && !request.disable_custom_all_reduce) {
+    plan.kind = CommKind::kCustom;
+    plan.reason = request.nccl_available
+                      ? fmt::format("every pair of the {} GPUs has peer access: custom all-reduce up to {} MiB "
+                                    "(one-shot below {} KiB), NCCL for the rest",
+                                    world, kCustomMaxBytes >> 20, kOneShotMaxBytes >> 10)
+                      : fmt::format("every pair of the {} GPUs has peer access and this build has no NCCL: every "
+                                    "collective over peer-mapped buffers",
+                                    world);
+    return plan;
+  }
+  if (!request.nccl_available) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("--tp {} across GPUs needs NCCL{}, and this build has none", world,
+                            peers ? " (--disable-custom-all-reduce)" : " (not every pair of GPUs has peer access)"),
+                "build with NCCL installed, or run with --tp 1");
+  }
+  plan.kind = CommKind::kNccl;
+  plan.reason = request.disable_custom_all_reduce ? "NCCL for every collective (--disable-custom-all-reduce)"
+                                                  : "NCCL for every collective (not every pair of GPUs has peer access)";
+  return plan;
+}
+
+bool parse_same_device(const std::string& value) {
+  std::string v = value;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return false;
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  throw Error(ErrorKind::kInvalidArgument, fmt::format("TESSERA_TP_SAME_DEVICE={}: expected 1 or 0", value),
+              "set TESSERA_TP_SAME_DEVICE=1 to run every tensor-parallel rank on one GPU, or unset it");
+}
+
+bool same_device_from_env() {
+  const char* value = std::getenv("TESSERA_TP_SAME_DEVICE");
+  return value && parse_same_device(value);
+}
+
+}  // namespace tessera::comm
