@@ -6,6 +6,8 @@
 // serve: they see tensors and plain parameters.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +54,17 @@ class Backend {
   // The device stream every op is queued on (a cudaStream_t on CUDA), so a
   // communicator can order its collectives on it; null on the CPU.
   virtual void* stream_handle() { return nullptr; }
+  // Seconds per call of `fn` (which queues ops on this backend), the mean of
+  // `repeats` calls after one warm-up call, by the device's own clock where it
+  // has one (CUDA events on the stream); here by the host clock.
+  virtual double time_per_call(const std::function<void()>& fn, int repeats) {
+    fn();
+    synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < repeats; ++i) fn();
+    synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
+  }
 
   // out[i, :] = table[ids[i], :]          table [vocab, hidden], out [n, hidden]
   virtual void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) = 0;

@@ -15,6 +15,7 @@ void add_convert_command(CLI::App& app, Runner& runner);
 void add_demo_model_command(CLI::App& app, Runner& runner);
 void add_bench_command(CLI::App& app, Runner& runner);
 void add_bench_engine_command(CLI::App& app, Runner& runner);  // after add_bench_command
+void add_bench_ops_command(CLI::App& app, Runner& runner);     // after add_bench_command
 void add_bench_serve_command(CLI::App& app, Runner& runner);   // after add_bench_command
 void add_bench_attention_command(CLI::App& app, Runner& runner);  // after add_bench_command
 void add_bench_allreduce_command(CLI::App& app, Runner& runner);  // after add_bench_command

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_demo_model_command(app, runner);
   tessera::cli::add_bench_command(app, runner);
   tessera::cli::add_bench_engine_command(app, runner);
+  tessera::cli::add_bench_ops_command(app, runner);
   tessera::cli::add_bench_serve_command(app, runner);
   tessera::cli::add_bench_attention_command(app, runner);
   tessera::cli::add_bench_allreduce_command(app, runner);

@@ -146,6 +146,34 @@ class CudaBackend final : public Backend {
   void synchronize() override { TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   void* stream_handle() override { return stream_; }
 
+  double time_per_call(const std::function<void()>& fn, int repeats) override {
+    fn();
+    cudaEvent_t start = nullptr, stop = nullptr;
+    TESSERA_CUDA_CHECK(cudaEventCreate(&start));
+    if (cudaEventCreate(&stop) != cudaSuccess) {
+      cudaEventDestroy(start);
+      TESSERA_CUDA_CHECK(cudaGetLastError());
+    }
+    float ms = 0.0f;
+    cudaError_t status = cudaEventRecord(start, stream_);
+    if (status == cudaSuccess) {
+      try {
+        for (int i = 0; i < repeats; ++i) fn();
+      } catch (...) {
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+        throw;
+      }
+      status = cudaEventRecord(stop, stream_);
+    }
+    if (status == cudaSuccess) status = cudaEventSynchronize(stop);
+    if (status == cudaSuccess) status = cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    TESSERA_CUDA_CHECK(status);
+    return ms * 1e-3 / repeats;
+  }
+
   void prepare(const AttentionBatch& batch) override {
     token_seq_host_.assign(batch.positions.size(), 0);
     for (int64_t s = 0; s < batch.num_seqs(); ++s) {

@@ -2,8 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace tessera::backend::cuda {
 
@@ -40,6 +46,10 @@ struct Gemm::Plan {
 };
 
 Gemm::Gemm(cudaStream_t stream, Allocator& allocator) : stream_(stream) {
+  if (const char* mode = std::getenv("TESSERA_GEMV")) {
+    if (std::strcmp(mode, "0") == 0) gemv_mode_ = 0;
+    if (std::strcmp(mode, "1") == 0) gemv_mode_ = 1;
+  }
   TESSERA_CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_ = Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::kU8, allocator);
 }
@@ -81,14 +91,89 @@ Gemm::Plan& Gemm::plan_for(const Key& key) {
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void Gemm::linear(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
-                  DType out_dtype) {
-  if (m == 0 || n == 0) return;
-  Plan& plan = plan_for({m, n, k, in_dtype, out_dtype});
+void Gemm::run_cublas(const void* x, const void* w, void* y, const Key& key) {
+  Plan& plan = plan_for(key);
   const float alpha = 1.0f, beta = 0.0f;
   TESSERA_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y,
                                       plan.c, plan.has_algorithm ? &plan.algorithm : nullptr, workspace_.raw_data(),
                                       kWorkspaceBytes, stream_));
+}
+
+namespace {
+
+std::string choice_name(int choice) { return choice == 0 ? "cublaslt" : fmt::format("gemv/r{}", choice); }
+
+// Destroys the timing events however the measurement ends.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    TESSERA_CUDA_CHECK(cudaEventCreate(&start));
+    TESSERA_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~EventPair() {
+    if (stop) cudaEventDestroy(stop);
+    if (start) cudaEventDestroy(start);
+  }
+};
+
+}  // namespace
+
+int Gemm::choose(const void* x, const void* w, void* y, const Key& key) {
+  auto [m, n, k, in_dtype, out_dtype] = key;
+  if (gemv_mode_ == 0 || !gemv_supported(x, w, m, k, in_dtype, out_dtype)) return 0;
+  auto it = choices_.find(key);
+  if (it != choices_.end()) return it->second;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return 0;  // cannot time inside a graph capture; decide later
+
+  // Time every candidate on the real operands (y is overwritten by the caller's run anyway).
+  constexpr int kRepeats = 5;
+  EventPair events;
+  std::string report;
+  int best = 0;
+  float best_ms = std::numeric_limits<float>::max();
+  for (int candidate : {0, 1, 2, 4}) {
+    if (gemv_mode_ == 1 && candidate == 0) continue;
+    auto run = [&] {
+      if (candidate == 0) run_cublas(x, w, y, key);
+      else launch_gemv(x, w, y, m, n, k, in_dtype, out_dtype, candidate, stream_);
+    };
+    run();  // warm-up: plans, instruction cache
+    TESSERA_CUDA_CHECK(cudaEventRecord(events.start, stream_));
+    for (int i = 0; i < kRepeats; ++i) run();
+    TESSERA_CUDA_CHECK(cudaEventRecord(events.stop, stream_));
+    TESSERA_CUDA_CHECK(cudaEventSynchronize(events.stop));
+    float ms = 0.0f;
+    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+    ms /= kRepeats;
+    report += fmt::format(" {} {:.1f} us", choice_name(candidate), ms * 1e3);
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = candidate;
+    }
+  }
+  log_debug("linear m={} n={} k={} {}->{}:{} -> {}", m, n, k, dtype_name(in_dtype), dtype_name(out_dtype), report,
+            choice_name(best));
+  choices_.emplace(key, best);
+  return best;
+}
+
+std::string Gemm::choice_for(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype) const {
+  auto it = choices_.find({m, n, k, in_dtype, out_dtype});
+  return it == choices_.end() ? std::string() : choice_name(it->second);
+}
+
+void Gemm::linear(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
+                  DType out_dtype) {
+  if (m == 0 || n == 0) return;
+  const Key key{m, n, k, in_dtype, out_dtype};
+  const int choice = choose(x, w, y, key);
+  if (choice == 0) {
+    run_cublas(x, w, y, key);
+  } else {
+    launch_gemv(x, w, y, m, n, k, in_dtype, out_dtype, choice, stream_);
+  }
 }
 
 }  // namespace tessera::backend::cuda

@@ -1,0 +1,170 @@
+// GEMV / skinny GEMM for m ≤ 16 (see gemv.h).
+//
+// Design: a block of four warps; warp w of block b owns output columns
+// [(4b + w)·R, (4b + w)·R + R) (R = rows of w per warp). Its lanes stride over
+// k in 16-byte chunks (8 elements): each iteration issues U·R streaming loads
+// of w (U·R = 8, so every lane has 128 bytes in flight, what hides DRAM
+// latency at one or two warps per scheduler) and, per x row, one 16-byte load
+// of x that is reused for all R weight rows. x is tiny and shared by every
+// warp, so it stays in L1/L2 rather than being staged through shared memory
+// (which would cost a barrier per tile for no fewer L1 transactions). The
+// m·R partial sums are reduced across the warp at the end.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_types.cuh"
+#include "backend/cuda/gemv.h"
+#include "core/error.h"
+
+namespace tessera::backend::cuda {
+
+namespace {
+
+constexpr int kGemvWarps = 4;
+
+// Σ of the 8 products of two 16-byte vectors, in f32.
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b, __half) {
+  const __half2* x = reinterpret_cast<const __half2*>(&a);
+  const __half2* y = reinterpret_cast<const __half2*>(&b);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fx = __half22float2(x[i]), fy = __half22float2(y[i]);
+    sum = fmaf(fx.x, fy.x, sum);
+    sum = fmaf(fx.y, fy.y, sum);
+  }
+  return sum;
+}
+
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b, __nv_bfloat16) {
+  const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&b);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fx = __bfloat1622float2(x[i]), fy = __bfloat1622float2(y[i]);
+    sum = fmaf(fx.x, fy.x, sum);
+    sum = fmaf(fx.y, fy.y, sum);
+  }
+  return sum;
+}
+
+template <typename TOut>
+__device__ __forceinline__ TOut store_as(float v);
+template <>
+__device__ __forceinline__ float store_as<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half store_as<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// x [m, k], w [n, k], y [m, n]; kM ≥ m (rows ≥ m are skipped), kR weight rows per warp.
+template <typename T, typename TOut, int kM, int kR>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, TOut* __restrict__ y, int m, int64_t n, int64_t k) {
+  constexpr int kUnroll = 8 / kR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t first = (int64_t(blockIdx.x) * kGemvWarps + warp) * kR;
+  if (first >= n) return;
+  const int64_t chunks = k / 8;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  const uint4* wv[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    // Rows past n re-read the last row (never stored): no branch in the loop.
+    wv[r] = reinterpret_cast<const uint4*>(w + min(first + r, n - 1) * k);
+  }
+  float acc[kM][kR];
+#pragma unroll
+  for (int i = 0; i < kM; ++i)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[i][r] = 0.0f;
+
+  for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
+    uint4 wr[kUnroll][kR];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = base + 32 * u;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) wr[u][r] = c < chunks ? __ldcs(wv[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = base + 32 * u;
+      if (c >= chunks) break;
+#pragma unroll
+      for (int i = 0; i < kM; ++i) {
+        if (i >= m) break;
+        const uint4 xr = __ldg(xv + i * chunks + c);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[i][r] += dot8(xr, wr[u][r], T{});
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kM; ++i) {
+    if (i >= m) break;
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const float v = warp_sum(acc[i][r]);
+      if (lane == 0 && first + r < n) y[int64_t(i) * n + first + r] = store_as<TOut>(v);
+    }
+  }
+}
+
+template <typename T, typename TOut, int kR>
+void launch_rows(const T* x, const T* w, TOut* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  const int64_t rows_per_block = int64_t(kGemvWarps) * kR;
+  const unsigned grid = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
+  const int mm = static_cast<int>(m);
+#define TESSERA_GEMV_M(M) gemv_kernel<T, TOut, M, kR><<<grid, kGemvWarps * 32, 0, stream>>>(x, w, y, mm, n, k)
+  if (m == 1) TESSERA_GEMV_M(1);
+  else if (m == 2) TESSERA_GEMV_M(2);
+  else if (m <= 4) TESSERA_GEMV_M(4);
+  else if (m <= 8) TESSERA_GEMV_M(8);
+  else TESSERA_GEMV_M(16);
+#undef TESSERA_GEMV_M
+}
+
+template <typename T, typename TOut>
+void launch_typed(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int rows_per_warp,
+                  cudaStream_t stream) {
+  const T* xt = static_cast<const T*>(x);
+  const T* wt = static_cast<const T*>(w);
+  TOut* yt = static_cast<TOut*>(y);
+  switch (rows_per_warp) {
+    case 1: launch_rows<T, TOut, 1>(xt, wt, yt, m, n, k, stream); break;
+    case 2: launch_rows<T, TOut, 2>(xt, wt, yt, m, n, k, stream); break;
+    case 4: launch_rows<T, TOut, 4>(xt, wt, yt, m, n, k, stream); break;
+    default: throw Error(ErrorKind::kInternal, "gemv: rows_per_warp must be 1, 2 or 4");
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k, DType in_dtype, DType out_dtype) {
+  const bool half_type = in_dtype == DType::kF16 || in_dtype == DType::kBF16;
+  return half_type && (out_dtype == in_dtype || out_dtype == DType::kF32) && m >= 1 && m <= kGemvMaxRows &&
+         k % 8 == 0 && k > 0 && aligned16(x) && aligned16(w);
+}
+
+void launch_gemv(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
+                 DType out_dtype, int rows_per_warp, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  if (!gemv_supported(x, w, m, k, in_dtype, out_dtype)) {
+    throw Error(ErrorKind::kInternal, "gemv called for sizes or pointers it does not handle");
+  }
+  if (in_dtype == DType::kF16) {
+    if (out_dtype == DType::kF32) launch_typed<__half, float>(x, w, y, m, n, k, rows_per_warp, stream);
+    else launch_typed<__half, __half>(x, w, y, m, n, k, rows_per_warp, stream);
+  } else {
+    if (out_dtype == DType::kF32) launch_typed<__nv_bfloat16, float>(x, w, y, m, n, k, rows_per_warp, stream);
+    else launch_typed<__nv_bfloat16, __nv_bfloat16>(x, w, y, m, n, k, rows_per_warp, stream);
+  }
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tessera::backend::cuda

@@ -1,0 +1,29 @@
+// A hand-written GEMV / skinny GEMM for decode: y [m, n] = x [m, k] · w [n, k]ᵀ
+// for m ≤ 16 rows of 16-bit x and w, f32 accumulation, y in the input type or
+// f32 (the logits). Decode's linear layers read every weight once per step and
+// do almost no arithmetic per byte, so what matters is keeping enough 16-byte
+// weight loads in flight; cuBLASLt's kernels for m = 1 are tiled for larger m.
+// Which of this and cuBLASLt is faster is decided by timing both (gemm.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera::backend::cuda {
+
+constexpr int64_t kGemvMaxRows = 16;
+
+// Whether launch_gemv handles these sizes and pointers: m in [1, 16], k a
+// multiple of 8 (one 16-byte load holds 8 elements), 16-bit inputs, x and w
+// 16-byte aligned, y f32 or the input type.
+bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k, DType in_dtype, DType out_dtype);
+
+// Each warp computes `rows_per_warp` (1, 2 or 4) consecutive outputs of every
+// x row: more rows per warp means more loads in flight per lane, fewer warps.
+void launch_gemv(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
+                 DType out_dtype, int rows_per_warp, cudaStream_t stream);
+
+}  // namespace tessera::backend::cuda

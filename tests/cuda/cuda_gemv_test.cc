@@ -1,0 +1,113 @@
+// The decode GEMV (backend/cuda/gemv.h) against the CPU linear over a grid of
+// skinny shapes, every rows-per-warp variant, f16 and bf16, f32 and 16-bit
+// outputs; then the same shapes through Backend::linear, which picks GEMV or
+// cuBLASLt by timing. A planted wrong value must be caught. ctest label: gpu.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <tuple>
+
+#include "../compare.h"
+#include "backend/backend.h"
+#include "backend/cuda/gemv.h"
+
+namespace tessera::backend {
+namespace {
+
+Tensor random_rounded(Shape shape, uint32_t seed, float scale, DType dtype) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> values(shape_numel(shape));
+  for (float& v : values) v = dist(rng);
+  return Tensor::from_f32(values, shape).to_dtype(dtype).to_f32();
+}
+
+// Bounds for f32 accumulation of k products of 16-bit inputs; a 16-bit output adds its rounding.
+bool close_enough(const testing::Closeness& c, DType out) {
+  return out == DType::kF32 ? c.within(2e-3, 1e-4) : c.within(6e-2, 8e-3);
+}
+
+class CudaGemv : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+    dtype_ = GetParam();
+    cuda_ = make_cuda_backend(0, dtype_);
+    cpu_ = make_cpu_backend();
+  }
+  DType dtype_ = DType::kBF16;
+  std::unique_ptr<Backend> cuda_, cpu_;
+};
+
+// m ≤ 16 rows; n not a multiple of the rows per block; k from one chunk to past the unrolled stride.
+const std::vector<std::tuple<int64_t, int64_t, int64_t>> kShapes = {
+    {1, 1, 8},     {1, 37, 64},   {1, 4096, 4096}, {1, 300, 14336}, {2, 129, 520},  {3, 1000, 2048},
+    {4, 77, 8},    {5, 513, 1032}, {8, 256, 4096}, {11, 97, 776},   {16, 1024, 512}, {16, 31, 4104},
+};
+
+TEST_P(CudaGemv, EveryVariantMatchesTheCpuLinear) {
+  for (auto [m, n, k] : kShapes) {
+    Tensor x = random_rounded({m, k}, 1, 1.0f, dtype_), w = random_rounded({n, k}, 2, 0.05f, dtype_);
+    Tensor expected = Tensor::empty({m, n}, DType::kF32);
+    cpu_->linear(x, w, Tensor(), expected);
+    Tensor gx = cuda_->upload_weight(x), gw = cuda_->upload_weight(w);
+    ASSERT_TRUE(cuda::gemv_supported(gx.raw_data(), gw.raw_data(), m, k, dtype_, DType::kF32));
+    for (DType out_dtype : {DType::kF32, dtype_}) {
+      for (int rows : {1, 2, 4}) {
+        Tensor y = Tensor::empty({m, n}, out_dtype, cuda_->allocator());
+        cuda::launch_gemv(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, out_dtype, rows, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, not the backend's
+        Tensor got = cuda_->to_host_f32(y);
+        auto c = testing::compare(got.data<float>(), expected.data<float>(), static_cast<size_t>(m * n));
+        EXPECT_TRUE(close_enough(c, out_dtype)) << "gemv m=" << m << " n=" << n << " k=" << k << " rows/warp " << rows
+                                                << " out " << dtype_name(out_dtype) << ": " << c.describe();
+      }
+    }
+  }
+}
+
+TEST_P(CudaGemv, TheTimedChoiceMatchesTheCpuLinear) {
+  for (auto [m, n, k] : kShapes) {
+    Tensor x = random_rounded({m, k}, 3, 1.0f, dtype_), w = random_rounded({n, k}, 4, 0.05f, dtype_);
+    Tensor expected = Tensor::empty({m, n}, DType::kF32);
+    cpu_->linear(x, w, Tensor(), expected);
+    Tensor gx = cuda_->upload_weight(x), gw = cuda_->upload_weight(w);
+    Tensor y = Tensor::empty({m, n}, DType::kF32, cuda_->allocator());
+    for (int call = 0; call < 2; ++call) {  // the first call times the candidates, the second uses the choice
+      cuda_->linear(gx, gw, Tensor(), y);
+      Tensor got = cuda_->to_host_f32(y);
+      auto c = testing::compare(got.data<float>(), expected.data<float>(), static_cast<size_t>(m * n));
+      EXPECT_TRUE(close_enough(c, DType::kF32)) << "linear m=" << m << " n=" << n << " k=" << k << " call " << call
+                                                << ": " << c.describe();
+    }
+  }
+}
+
+TEST_P(CudaGemv, RefusesWhatItDoesNotHandle) {
+  Tensor x = Tensor::empty({17, 64}, dtype_, cuda_->allocator()), w = Tensor::empty({8, 64}, dtype_, cuda_->allocator());
+  EXPECT_FALSE(cuda::gemv_supported(x.raw_data(), w.raw_data(), 17, 64, dtype_, DType::kF32));  // m > 16
+  EXPECT_FALSE(cuda::gemv_supported(x.raw_data(), w.raw_data(), 1, 60, dtype_, DType::kF32));   // k % 8
+  EXPECT_FALSE(cuda::gemv_supported(x.raw_data(), w.raw_data(), 1, 64, DType::kF32, DType::kF32));
+  EXPECT_FALSE(cuda::gemv_supported(static_cast<char*>(x.raw_data()) + 2, w.raw_data(), 1, 64, dtype_, DType::kF32));
+}
+
+TEST_P(CudaGemv, APlantedWrongResultIsCaught) {
+  const int64_t m = 2, n = 64, k = 256;
+  Tensor x = random_rounded({m, k}, 5, 1.0f, dtype_), w = random_rounded({n, k}, 6, 0.05f, dtype_);
+  Tensor expected = Tensor::empty({m, n}, DType::kF32);
+  cpu_->linear(x, w, Tensor(), expected);
+  Tensor y = Tensor::empty({m, n}, DType::kF32, cuda_->allocator());
+  Tensor gx = cuda_->upload_weight(x), gw = cuda_->upload_weight(w);
+  cuda::launch_gemv(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, DType::kF32, 2, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  Tensor got = cuda_->to_host_f32(y);
+  EXPECT_TRUE(close_enough(testing::compare(got.data<float>(), expected.data<float>(), m * n), DType::kF32));
+  got.data<float>()[n + 5] += 0.01f;  // the plant
+  EXPECT_FALSE(close_enough(testing::compare(got.data<float>(), expected.data<float>(), m * n), DType::kF32));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaGemv, ::testing::Values(DType::kF16, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace tessera::backend
