@@ -2,9 +2,11 @@
 // (no model: each step returns one logits row per sampling sequence at once)
 // it times the host work between two steps at a full decode batch —
 // sampling, update, events and statistics of one step, then taking the inbox
-// and scheduling the next — and the Scheduler alone. With a model directory it
-// runs many streams through the Engine on the CPU and reports their tokens/s
-// next to one stream through engine::generate on the same model.
+// and scheduling the next — and the Scheduler alone. With a model directory
+// (or --random SHAPE) it runs many streams through the Engine on the chosen
+// device and reports their output tokens/s next to one stream through
+// engine::generate on the same model; a short run of the same batch first
+// warms plans, kernel choices and the allocator, so the timed run is steady.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "model/random_weights.h"
 #include "model/transformer.h"
 
 namespace tessera::cli {
@@ -26,7 +29,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchEngineArgs {
-  std::string model_dir;  // empty: the fake executor
+  std::string model_dir;  // empty (and no random_shape): the fake executor
+  std::string random_shape;
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  bool skip_single = false;
   int64_t batch = 256;
   int64_t steps = 2000;
   int64_t vocab = 256;
@@ -158,42 +165,62 @@ void bench_fake(const BenchEngineArgs& args) {
              sched.p50, sched.p99);
 }
 
+// Every stream to its end; returns the tokens they produced.
+int64_t run_streams(engine::Engine& engine, int64_t batch, int64_t prompt_tokens, int64_t vocab, int64_t new_tokens,
+                    int64_t salt) {
+  std::vector<std::shared_ptr<engine::RequestStream>> streams;
+  for (int64_t i = 0; i < batch; ++i) {
+    streams.push_back(engine.submit(decode_request(i + salt, prompt_tokens, vocab, new_tokens)));
+  }
+  int64_t generated = 0;
+  for (auto& s : streams) {
+    while (true) {
+      engine::TokenEvent e = s->next();
+      generated += e.has_token() ? 1 : 0;
+      if (e.last()) break;
+    }
+  }
+  return generated;
+}
+
 void bench_model(const BenchEngineArgs& args) {
-  auto backend = backend::make_cpu_backend();
-  auto model = model::load_transformer(args.model_dir, *backend);
+  const Device device = parse_device(args.device);
+  const DType dtype = backend::choose_compute_dtype(args.dtype, device);
+  std::unique_ptr<backend::Backend> backend =
+      device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
+  std::unique_ptr<model::Transformer> model =
+      args.random_shape.empty() ? model::load_transformer(args.model_dir, *backend)
+                                : model::make_random_transformer(model::random_model_spec(args.random_shape), *backend, 1);
+  const std::string name = args.random_shape.empty() ? args.model_dir : "random " + args.random_shape;
   const int64_t vocab = model->spec().vocab_size;
   const int64_t session_len = args.prompt_tokens + args.new_tokens + 8;
+  fmt::print("model {} ({} on {}): prompt {} tokens, {} new tokens per stream, batch {}\n", name,
+             dtype_name(backend->compute_dtype()), device.to_string(), args.prompt_tokens, args.new_tokens,
+             args.batch);
 
-  engine::GenerateOptions alone;
-  alone.max_new_tokens = args.new_tokens;
-  auto start = Clock::now();
-  const int64_t single = static_cast<int64_t>(
-      engine::generate(*model, decode_request(0, args.prompt_tokens, vocab, 0).prompt, alone).tokens.size());
-  const double single_s = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!args.skip_single) {
+    engine::GenerateOptions alone;
+    alone.max_new_tokens = args.new_tokens;
+    const auto prompt = decode_request(0, args.prompt_tokens, vocab, 0).prompt;
+    engine::generate(*model, prompt, alone);  // warm-up
+    auto start = Clock::now();
+    const int64_t single = static_cast<int64_t>(engine::generate(*model, prompt, alone).tokens.size());
+    const double single_s = std::chrono::duration<double>(Clock::now() - start).count();
+    fmt::print("  one stream (engine::generate)      {:.0f} tokens/s\n", single / single_s);
+  }
 
   engine::EngineConfig config = engine_config(args.batch, session_len);
   int64_t generated = 0;
-  start = Clock::now();
+  double batched_s = 0;
   {
     engine::Engine engine(config, std::make_unique<engine::CpuExecutor>(*model, config.num_blocks, config.block_size));
-    std::vector<std::shared_ptr<engine::RequestStream>> streams;
-    for (int64_t i = 0; i < args.batch; ++i) {
-      streams.push_back(engine.submit(decode_request(i, args.prompt_tokens, vocab, args.new_tokens)));
-    }
-    for (auto& s : streams) {
-      while (true) {
-        engine::TokenEvent e = s->next();
-        generated += e.has_token() ? 1 : 0;
-        if (e.last()) break;
-      }
-    }
+    run_streams(engine, args.batch, args.prompt_tokens, vocab, std::min<int64_t>(args.new_tokens, 4), 1000000);
+    const auto start = Clock::now();
+    generated = run_streams(engine, args.batch, args.prompt_tokens, vocab, args.new_tokens, 0);
+    batched_s = std::chrono::duration<double>(Clock::now() - start).count();
   }
-  const double batched_s = std::chrono::duration<double>(Clock::now() - start).count();
-  fmt::print("model {}: prompt {} tokens, {} new tokens per stream\n", args.model_dir, args.prompt_tokens,
-             args.new_tokens);
-  fmt::print("  one stream (engine::generate)      {:.0f} tokens/s\n", single / single_s);
-  fmt::print("  {} streams through the engine     {:.0f} tokens/s ({} tokens in {:.2f} s)\n", args.batch,
-             generated / batched_s, generated, batched_s);
+  fmt::print("  {} streams through the engine     {:.0f} output tokens/s ({} tokens in {:.2f} s, prefill included)\n",
+             args.batch, generated / batched_s, generated, batched_s);
 }
 
 }  // namespace
@@ -202,7 +229,11 @@ void add_bench_engine_command(CLI::App& app, Runner& runner) {
   auto args = std::make_shared<BenchEngineArgs>();
   CLI::App* bench = app.get_subcommand("bench");
   CLI::App* cmd = bench->add_subcommand("engine", "Engine host time per step (fake executor), or many streams on a model");
-  cmd->add_option("model_dir", args->model_dir, "a model directory: streams through the engine on the CPU");
+  cmd->add_option("model_dir", args->model_dir, "a model directory: streams through the engine");
+  cmd->add_option("--random", args->random_shape, "a random model of a known shape instead: 100m, internlm2_5-7b, internlm2_5-20b");
+  cmd->add_option("--device", args->device, "cpu, cuda or cuda:N (with a model)")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "auto, float16, bfloat16 or float32")->capture_default_str();
+  cmd->add_flag("--skip-single", args->skip_single, "no one-stream baseline");
   cmd->add_option("--batch", args->batch, "sequences decoding together")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--steps", args->steps, "decode steps (fake executor)")->capture_default_str()->check(CLI::Range(2, 1000000));
   cmd->add_option("--vocab", args->vocab, "vocabulary of the fake executor")->capture_default_str()->check(CLI::Range(2, 1 << 20));
@@ -210,7 +241,7 @@ void add_bench_engine_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--new-tokens", args->new_tokens, "tokens per stream (model)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([&runner, args] {
     runner = [args] {
-      if (args->model_dir.empty()) {
+      if (args->model_dir.empty() && args->random_shape.empty()) {
         bench_fake(*args);
       } else {
         bench_model(*args);

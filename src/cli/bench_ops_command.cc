@@ -301,7 +301,9 @@ void add_bench_ops_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--dtype", args->dtype, "auto, float16, bfloat16 or float32")->capture_default_str();
   cmd->add_option("--batch", args->batch, "sequences decoding together")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--repeats", args->repeats, "calls timed per op")->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("--contexts", args->contexts, "context lengths for decode attention")->capture_default_str()
+  cmd->add_option("--contexts", args->contexts, "context lengths for decode attention, e.g. 128,4096")
+      ->capture_default_str()
+      ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--forward-context", args->forward_context, "context of the whole-forward timing")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));

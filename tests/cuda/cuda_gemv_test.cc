@@ -55,6 +55,7 @@ TEST_P(CudaGemv, EveryVariantMatchesTheCpuLinear) {
     for (DType out_dtype : {DType::kF32, dtype_}) {
       for (int rows : {1, 2, 4}) {
         Tensor y = Tensor::empty({m, n}, out_dtype, cuda_->allocator());
+        cuda_->synchronize();  // y's allocation is ordered on the backend's stream
         cuda::launch_gemv(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, out_dtype, rows, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, not the backend's
         Tensor got = cuda_->to_host_f32(y);
@@ -98,6 +99,7 @@ TEST_P(CudaGemv, APlantedWrongResultIsCaught) {
   cpu_->linear(x, w, Tensor(), expected);
   Tensor y = Tensor::empty({m, n}, DType::kF32, cuda_->allocator());
   Tensor gx = cuda_->upload_weight(x), gw = cuda_->upload_weight(w);
+  cuda_->synchronize();
   cuda::launch_gemv(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, DType::kF32, 2, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Tensor got = cuda_->to_host_f32(y);

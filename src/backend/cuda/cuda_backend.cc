@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/backend.h"
@@ -68,6 +69,12 @@ class CudaBackend final : public Backend {
     stream_ = owner->stream();
     allocator_ = std::make_unique<CudaAllocator>(std::move(owner));
     gemm_ = std::make_unique<Gemm>(stream_, *allocator_);
+    int count = 1;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index));
+    multiprocessors_ = count;
+    if (const char* kernel = std::getenv("TESSERA_DECODE_ATTENTION")) {
+      use_split_decode_ = std::string(kernel) != "per_query";
+    }
   }
 
   ~CudaBackend() override {
@@ -185,9 +192,16 @@ class CudaBackend final : public Backend {
     tile_first_host_.clear();
     tile_count_host_.clear();
     max_new_tokens_ = 0;
+    decode_max_context_ = 0;
     for (int64_t s = 0; s < batch.num_seqs(); ++s) {
       const int32_t begin = batch.query_start[s], end = batch.query_start[s + 1];
       max_new_tokens_ = std::max(max_new_tokens_, end - begin);
+      if (end > begin) {  // the key range of the sequence's last new token
+        const int64_t context = int64_t{batch.positions[end - 1]} + 1;
+        decode_max_context_ = std::max(decode_max_context_, batch.sliding_window > 0
+                                                                 ? std::min(context, batch.sliding_window)
+                                                                 : context);
+      }
       for (int32_t first = begin; first < end; first += kQueriesPerTile) {
         tile_seq_host_.push_back(static_cast<int32_t>(s));
         tile_first_host_.push_back(first);
@@ -282,6 +296,10 @@ class CudaBackend final : public Backend {
       });
       return;
     }
+    if (use_split_decode_ && batch.num_tokens() == batch.num_seqs()) {
+      decode_attention(qkv, num_heads, batch, cache, block_size, out);
+      return;
+    }
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_paged_attention<T>(ptr<T>(qkv), positions_, token_seq_, block_tables_, batch.max_blocks_per_seq,
@@ -316,6 +334,28 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A step of decode tokens only: split-K attention, GQA groups sharing K/V reads.
+  void decode_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
+                        int64_t block_size, Tensor& out) {
+    const int64_t seqs = batch.num_seqs(), kv_heads = cache.keys.dim(1), head_dim = cache.keys.dim(3);
+    const cuda::DecodeSplits splits =
+        cuda::plan_decode_splits(seqs, num_heads, kv_heads, decode_max_context_, multiprocessors_);
+    float* partial = nullptr;
+    if (splits.num_splits > 1) {
+      const int64_t floats = seqs * num_heads * splits.num_splits * (head_dim + 1);
+      if (!decode_partial_.defined() || decode_partial_.numel() < floats) {
+        decode_partial_ = Tensor::empty({floats}, DType::kF32, *allocator_);
+      }
+      partial = ptr<float>(decode_partial_);
+    }
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_decode_attention<T>(ptr<T>(qkv), positions_, block_tables_, batch.max_blocks_per_seq, seqs,
+                                       num_heads, kv_heads, head_dim, block_size, batch.sliding_window, splits,
+                                       ptr<T>(cache.keys), ptr<T>(cache.values), partial, ptr<T>(out), stream_);
+    });
+  }
+
   void expect_prepared(const AttentionBatch& batch) const {
     if (prepared_tokens_ != batch.num_tokens()) {
       throw Error(ErrorKind::kInternal, "cuda backend: prepare(batch) was not called before the attention ops");
@@ -343,6 +383,10 @@ class CudaBackend final : public Backend {
   const int32_t* block_tables_ = nullptr;
   const float* inv_freq_ = nullptr;
   int64_t prepared_tokens_ = -1;
+  int64_t decode_max_context_ = 0;     // longest key range of the step's last tokens
+  int64_t multiprocessors_ = 1;
+  bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
+  Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
 };
 
 }  // namespace

@@ -1,0 +1,316 @@
+// Split-K ("flash-decoding") paged attention for steps of decode tokens only.
+//
+// Design: a decode token's attention reads its sequence's whole K/V range and
+// does little arithmetic per byte, so the kernel is built around reading K/V
+// once, in 16-byte loads, from enough thread blocks to keep every SM busy:
+//   - GQA-aware: one thread block serves all query heads of one KV head (up to
+//     8; larger groups take several blocks), so each K/V row is read once per
+//     group rather than once per query head;
+//   - split-K: the key range is cut into `num_splits` pieces of
+//     `tokens_per_split` positions, one thread block each (grid: splits ×
+//     KV-head chunks × sequences), so one long sequence fills the GPU too;
+//   - inside a block, lanes form row groups of kLanes lanes, each lane holding
+//     kPerLane elements of a K/V row (one or two 16-byte loads); a warp covers
+//     32 / kLanes positions per iteration, four warps interleave, each row
+//     group keeps an online softmax (max, sum, weighted V) per query head;
+//   - the row groups' states merge through shared memory; with one split the
+//     block writes the output, otherwise each split writes its normalised
+//     output and log-sum-exp (f32) and a combine kernel weighs them.
+// Every length is read from device memory (positions), never from the launch,
+// so a captured CUDA graph stays right while sequences grow: splits past a
+// sequence's range write an empty state (lse = -inf) and weigh nothing.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_types.cuh"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace tessera::backend::cuda {
+
+namespace {
+
+constexpr int kDecodeWarps = 4;
+constexpr int kMaxGroup = 8;  // query heads per thread block
+
+constexpr int pow2_ceil(int v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+template <typename T, int kHeadDim>
+struct Layout {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));          // elements per 16-byte load
+  static constexpr int kChunks = kHeadDim / kVec;                         // loads per row
+  static constexpr int kLanes = kChunks >= 32 ? 32 : pow2_ceil(kChunks);  // lanes per row (some idle for 96)
+  static constexpr int kLoads = (kChunks + kLanes - 1) / kLanes;          // loads per lane per row
+  static constexpr int kPerLane = kLoads * kVec;
+  static constexpr int kRowsPerWarp = 32 / kLanes;
+  static constexpr int kRowGroups = kDecodeWarps * kRowsPerWarp;
+  static_assert(kHeadDim % kVec == 0, "a row must be whole 16-byte loads");
+};
+
+__device__ __forceinline__ void to_floats(const uint4& v, float* f, float) {
+  const float* p = reinterpret_cast<const float*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[i] = p[i];
+}
+__device__ __forceinline__ void to_floats(const uint4& v, float* f, __half) {
+  const __half2* p = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __half22float2(p[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+__device__ __forceinline__ void to_floats(const uint4& v, float* f, __nv_bfloat16) {
+  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(p[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+
+// The key range of sequence `seq`'s new token: [first, last].
+__device__ __forceinline__ void key_range(const int32_t* positions, int64_t seq, int window, int32_t& first,
+                                          int32_t& last) {
+  last = positions[seq];
+  first = window > 0 ? max(0, last - window + 1) : 0;
+}
+
+// grid (num_splits, kv_heads * chunks_per_group, num_seqs), block kDecodeWarps warps.
+// partial [num_seqs, heads, num_splits, head_dim + 1]: normalised output, then lse.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    decode_attention_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions,
+                            const int32_t* __restrict__ block_tables, int32_t max_blocks_per_seq, int heads,
+                            int kv_heads, int block_size, int window, int tokens_per_split,
+                            const T* __restrict__ k_cache, const T* __restrict__ v_cache, float* __restrict__ partial,
+                            T* __restrict__ out) {
+  using L = Layout<T, kHeadDim>;
+  const int split = blockIdx.x, num_splits = gridDim.x;
+  const int group = heads / kv_heads;
+  const int chunks_per_group = (group + kMaxGroup - 1) / kMaxGroup;
+  const int kv = blockIdx.y / chunks_per_group;
+  const int head0 = kv * group + (blockIdx.y % chunks_per_group) * kMaxGroup;
+  const int count = min(kMaxGroup, kv * group + group - head0);
+  const int64_t seq = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row_in_warp = lane / L::kLanes, li = lane % L::kLanes;
+  const int row_group = warp * L::kRowsPerWarp + row_in_warp;
+  int32_t first, last;
+  key_range(positions, seq, window, first, last);
+  const int32_t begin = first + split * tokens_per_split;
+  const int32_t end = min(last + 1, begin + tokens_per_split);
+  const int32_t* table = block_tables + seq * max_blocks_per_seq;
+  const int64_t qkv_size = int64_t(heads + 2 * kv_heads) * kHeadDim;
+
+  __shared__ float q_shared[kMaxGroup][kHeadDim];
+  __shared__ float m_shared[L::kRowGroups][kMaxGroup], l_shared[L::kRowGroups][kMaxGroup];
+  __shared__ float acc_shared[L::kRowGroups][kMaxGroup][kHeadDim];
+
+  const float scale = rsqrtf(static_cast<float>(kHeadDim));
+  for (int i = threadIdx.x; i < count * kHeadDim; i += blockDim.x) {
+    q_shared[i / kHeadDim][i % kHeadDim] = to_float(qkv[seq * qkv_size + int64_t(head0) * kHeadDim + i]) * scale;
+  }
+  __syncthreads();
+
+  float q[kMaxGroup][L::kPerLane], m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][L::kPerLane];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = -FLT_MAX;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < L::kLoads; ++j) {
+      const int chunk = j * L::kLanes + li;
+#pragma unroll
+      for (int e = 0; e < L::kVec; ++e) {
+        q[g][j * L::kVec + e] = g < count && chunk < L::kChunks ? q_shared[g][chunk * L::kVec + e] : 0.0f;
+        acc[g][j * L::kVec + e] = 0.0f;
+      }
+    }
+  }
+
+  // The loop bound is the warp's, so every lane reaches the shuffles; rows past `end` only skip updates.
+  for (int32_t base = begin + warp * L::kRowsPerWarp; base < end; base += kDecodeWarps * L::kRowsPerWarp) {
+    const int32_t p = base + row_in_warp;
+    const bool valid = p < end;
+    float k[L::kPerLane], v[L::kPerLane];
+#pragma unroll
+    for (int j = 0; j < L::kLoads; ++j) {
+      const int chunk = j * L::kLanes + li;
+      uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+      if (valid && chunk < L::kChunks) {
+        const int64_t row =
+            ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim;
+        kr = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
+        vr = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
+      }
+      to_floats(kr, k + j * L::kVec, T{});
+      to_floats(vr, v + j * L::kVec, T{});
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= count) break;
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < L::kPerLane; ++e) dot = fmaf(q[g][e], k[e], dot);
+#pragma unroll
+      for (int offset = L::kLanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      if (valid) {
+        const float m_new = fmaxf(m[g], dot);
+        const float correction = __expf(m[g] - m_new), weight = __expf(dot - m_new);
+        l[g] = l[g] * correction + weight;
+#pragma unroll
+        for (int e = 0; e < L::kPerLane; ++e) acc[g][e] = fmaf(acc[g][e], correction, weight * v[e]);
+        m[g] = m_new;
+      }
+    }
+  }
+
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g >= count) break;
+    if (li == 0) {
+      m_shared[row_group][g] = m[g];
+      l_shared[row_group][g] = l[g];
+    }
+#pragma unroll
+    for (int j = 0; j < L::kLoads; ++j) {
+      const int chunk = j * L::kLanes + li;
+      if (chunk < L::kChunks) {
+#pragma unroll
+        for (int e = 0; e < L::kVec; ++e) acc_shared[row_group][g][chunk * L::kVec + e] = acc[g][j * L::kVec + e];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < count * kHeadDim; i += blockDim.x) {
+    const int g = i / kHeadDim, d = i % kHeadDim;
+    float m_all = -FLT_MAX;
+    for (int r = 0; r < L::kRowGroups; ++r) m_all = fmaxf(m_all, m_shared[r][g]);
+    float l_all = 0.0f, value = 0.0f;
+    for (int r = 0; r < L::kRowGroups; ++r) {
+      const float w = l_shared[r][g] > 0.0f ? __expf(m_shared[r][g] - m_all) : 0.0f;
+      l_all += l_shared[r][g] * w;
+      value += acc_shared[r][g][d] * w;
+    }
+    const int64_t head = head0 + g;
+    if (out != nullptr) {  // one split: this block has the whole range
+      out[(seq * heads + head) * kHeadDim + d] = from_float<T>(value / l_all);
+    } else {
+      float* slot = partial + ((seq * heads + head) * num_splits + split) * (kHeadDim + 1);
+      slot[d] = l_all > 0.0f ? value / l_all : 0.0f;
+      if (d == 0) slot[kHeadDim] = l_all > 0.0f ? m_all + __logf(l_all) : -INFINITY;
+    }
+  }
+}
+
+// grid (heads, num_seqs): out = Σ_s exp(lse_s - max) · o_s / Σ_s exp(lse_s - max) over the used splits.
+template <typename T>
+__global__ void decode_combine_kernel(const float* __restrict__ partial, const int32_t* __restrict__ positions,
+                                      int heads, int head_dim, int window, int tokens_per_split, int num_splits,
+                                      T* __restrict__ out) {
+  const int64_t head = blockIdx.x, seq = blockIdx.y;
+  int32_t first, last;
+  key_range(positions, seq, window, first, last);
+  const int used = min(num_splits, (last - first + tokens_per_split) / tokens_per_split);
+  const float* slots = partial + (seq * heads + head) * num_splits * int64_t(head_dim + 1);
+  float lse_max = -INFINITY;
+  for (int s = 0; s < used; ++s) lse_max = fmaxf(lse_max, slots[s * (head_dim + 1) + head_dim]);
+  float total = 0.0f;
+  for (int s = 0; s < used; ++s) total += __expf(slots[s * (head_dim + 1) + head_dim] - lse_max);
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float value = 0.0f;
+    for (int s = 0; s < used; ++s) {
+      const float* slot = slots + s * (head_dim + 1);
+      value += __expf(slot[head_dim] - lse_max) * slot[d];
+    }
+    out[(seq * heads + head) * head_dim + d] = from_float<T>(value / total);
+  }
+}
+
+template <typename T, int kHeadDim>
+void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_tables, int32_t max_blocks_per_seq,
+                  int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window,
+                  int64_t tokens_per_split, int64_t num_splits, const T* k_cache, const T* v_cache, float* partial,
+                  T* out, cudaStream_t stream) {
+  const int64_t group = heads / kv_heads;
+  const int64_t chunks_per_group = (group + kMaxGroup - 1) / kMaxGroup;
+  const dim3 grid(static_cast<unsigned>(num_splits), static_cast<unsigned>(kv_heads * chunks_per_group),
+                  static_cast<unsigned>(num_seqs));
+  decode_attention_kernel<T, kHeadDim><<<grid, kDecodeWarps * 32, 0, stream>>>(
+      qkv, positions, block_tables, max_blocks_per_seq, static_cast<int>(heads), static_cast<int>(kv_heads),
+      static_cast<int>(block_size), static_cast<int>(window), static_cast<int>(tokens_per_split), k_cache, v_cache,
+      partial, num_splits == 1 ? out : nullptr);
+}
+
+}  // namespace
+
+DecodeSplits plan_decode_splits(int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t max_context,
+                                int64_t multiprocessors) {
+  constexpr int64_t kMinTokensPerSplit = 64, kMaxSplits = 128;
+  const int64_t group = heads / kv_heads;
+  const int64_t blocks = num_seqs * kv_heads * ((group + kMaxGroup - 1) / kMaxGroup);
+  const int64_t wanted = (2 * multiprocessors + blocks - 1) / blocks;  // two blocks per SM
+  const int64_t most = std::max<int64_t>(1, std::min(kMaxSplits, (max_context + kMinTokensPerSplit - 1) / kMinTokensPerSplit));
+  const int64_t splits = std::clamp<int64_t>(wanted, 1, most);
+  DecodeSplits plan;
+  plan.tokens_per_split = (max_context + splits - 1) / splits;
+  plan.tokens_per_split = std::max<int64_t>(16, (plan.tokens_per_split + 15) / 16 * 16);
+  plan.num_splits = (max_context + plan.tokens_per_split - 1) / plan.tokens_per_split;
+  return plan;
+}
+
+template <typename T>
+void launch_decode_attention(const T* qkv, const int32_t* positions, const int32_t* block_tables,
+                             int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads, int64_t kv_heads,
+                             int64_t head_dim, int64_t block_size, int64_t window, const DecodeSplits& splits,
+                             const T* k_cache, const T* v_cache, float* partial, T* out, cudaStream_t stream) {
+  if (num_seqs == 0) return;
+  if (splits.num_splits > 1 && partial == nullptr) {
+    throw Error(ErrorKind::kInternal, "decode attention: several splits need a partial buffer");
+  }
+#define TESSERA_DECODE_CASE(D)                                                                                    \
+  case D:                                                                                                         \
+    launch_split<T, D>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads, block_size,   \
+                       window, splits.tokens_per_split, splits.num_splits, k_cache, v_cache, partial, out, stream); \
+    break;
+  switch (head_dim) {
+    TESSERA_DECODE_CASE(8)
+    TESSERA_DECODE_CASE(16)
+    TESSERA_DECODE_CASE(32)
+    TESSERA_DECODE_CASE(64)
+    TESSERA_DECODE_CASE(96)
+    TESSERA_DECODE_CASE(128)
+    TESSERA_DECODE_CASE(256)
+    default:
+      throw Error(ErrorKind::kUnsupported, "CUDA decode attention has no kernel for head_dim " + std::to_string(head_dim),
+                  "supported head dims: 8, 16, 32, 64, 96, 128, 256; use --device cpu for this model");
+  }
+#undef TESSERA_DECODE_CASE
+  TESSERA_CUDA_CHECK_LAUNCH();
+  if (splits.num_splits > 1) {
+    const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(num_seqs));
+    decode_combine_kernel<T><<<grid, 128, 0, stream>>>(partial, positions, static_cast<int>(heads),
+                                                       static_cast<int>(head_dim), static_cast<int>(window),
+                                                       static_cast<int>(splits.tokens_per_split),
+                                                       static_cast<int>(splits.num_splits), out);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+}
+
+#define INSTANTIATE(T)                                                                                               \
+  template void launch_decode_attention<T>(const T*, const int32_t*, const int32_t*, int32_t, int64_t, int64_t,     \
+                                           int64_t, int64_t, int64_t, int64_t, const DecodeSplits&, const T*,        \
+                                           const T*, float*, T*, cudaStream_t);
+TESSERA_FOR_EACH_CUDA_TYPE(INSTANTIATE)
+#undef INSTANTIATE
+
+}  // namespace tessera::backend::cuda
