@@ -91,6 +91,19 @@ class Backend {
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // x += y                                  same shapes
   virtual void add(Tensor& x, const Tensor& y) = 0;
+  // For each row of x [m, n] f32 on this backend, the index of its largest
+  // value, the lowest on a tie (greedy sampling). A device backend computes it
+  // there and copies only the m ids (waits for the device).
+  virtual std::vector<int32_t> argmax_rows(const Tensor& x) {
+    const Tensor host = to_host_f32(x);
+    const int64_t m = host.dim(0), n = host.dim(1);
+    std::vector<int32_t> ids(m, 0);
+    for (int64_t i = 0; i < m; ++i) {
+      const float* row = host.data<float>() + i * n;
+      for (int64_t j = 1; j < n; ++j) ids[i] = row[j] > row[ids[i]] ? static_cast<int32_t>(j) : ids[i];
+    }
+    return ids;
+  }
   // Selected rows of x, gathered:           x [n, hidden], rows [m] -> out [m, hidden]
   virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
 };

@@ -1,11 +1,16 @@
 #include "engine/cpu_executor.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 namespace tessera::engine {
 
 CpuExecutor::CpuExecutor(model::Transformer& model, int64_t num_blocks, int64_t block_size)
-    : model_(model), cache_(model.allocate_cache(num_blocks, block_size)) {}
+    : model_(model), cache_(model.allocate_cache(num_blocks, block_size)) {
+  const char* setting = std::getenv("TESSERA_GPU_SAMPLING");
+  device_sampling_ = !model.backend().device().is_cpu() && !(setting != nullptr && std::string(setting) == "0");
+}
 
 model::ForwardBatch make_forward_batch(const StepPlan& plan) {
   model::ForwardBatch batch;
@@ -35,6 +40,14 @@ StepOutput CpuExecutor::execute(const StepPlan& plan) {
     batch.logit_rows = {0};
     model_.forward(batch, cache_);
     return {};
+  }
+  // Every row greedy on a device: argmax there, only the ids come back.
+  const bool all_greedy = std::all_of(plan.chunks.begin(), plan.chunks.end(),
+                                      [](const ScheduledChunk& c) { return !c.sample || c.greedy; });
+  if (all_greedy && device_sampling_) {
+    StepOutput out;
+    out.token_ids = model_.forward_greedy(batch, cache_);
+    return out;
   }
   return {model_.forward(batch, cache_)};
 }

@@ -18,6 +18,9 @@ class CpuExecutor : public Executor {
  private:
   model::Transformer& model_;
   backend::PagedKvCache cache_;
+  // Greedy steps take their argmax on the device (not on the CPU backend,
+  // where the logits are already host memory); TESSERA_GPU_SAMPLING=0 turns it off.
+  bool device_sampling_ = false;
 };
 
 // The forward batch of a plan: chunks in order, block tables padded with 0 to

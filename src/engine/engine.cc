@@ -135,6 +135,7 @@ void Engine::step() {
   if (plan.empty()) return publish_stats(plan, {});
   std::vector<SequenceUpdate> updates;
   try {
+    mark_greedy_chunks(plan, scheduler_);
     StepOutput output = executor_->execute(plan);
     updates = scheduler_.update(plan, sample_step(plan, output, scheduler_));
   } catch (const Error& e) {

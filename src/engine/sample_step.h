@@ -11,7 +11,13 @@
 
 namespace tessera::engine {
 
-// One result per chunk with `sample`, in plan order.
+// Marks the sampling chunks whose Sampler is plain greedy this step (temperature
+// 0, no penalties, no masked ids, no logprobs), so an executor may return
+// argmax ids rather than logits. Call after schedule(), before execute().
+void mark_greedy_chunks(StepPlan& plan, Scheduler& scheduler);
+
+// One result per chunk with `sample`, in plan order; output.token_ids, when
+// filled, are taken as the greedy tokens.
 std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& output, Scheduler& scheduler);
 
 }  // namespace tessera::engine

@@ -65,6 +65,23 @@ backend::PagedKvCache Transformer::allocate_cache(int64_t num_blocks, int64_t bl
 }
 
 Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& cache) {
+  return gather_logits(forward_local(batch, cache));
+}
+
+std::vector<int32_t> Transformer::forward_greedy(const ForwardBatch& batch, backend::PagedKvCache& cache) {
+  Tensor local = forward_local(batch, cache);
+  if (shard_.world_size == 1) return backend_.argmax_rows(local);  // only the ids leave the device
+  Tensor logits = gather_logits(local);
+  const Tensor& cpu = logits;  // host f32 [m, vocab]: the same lowest-index-on-a-tie argmax
+  std::vector<int32_t> ids(cpu.dim(0), 0);
+  for (int64_t i = 0; i < cpu.dim(0); ++i) {
+    const float* row = cpu.data<float>() + i * cpu.dim(1);
+    for (int64_t j = 1; j < cpu.dim(1); ++j) ids[i] = row[j] > row[ids[i]] ? static_cast<int32_t>(j) : ids[i];
+  }
+  return ids;
+}
+
+Tensor Transformer::forward_local(const ForwardBatch& batch, backend::PagedKvCache& cache) {
   const backend::AttentionBatch& attention = batch.attention;
   const int64_t n = static_cast<int64_t>(batch.token_ids.size());
   TESSERA_CHECK(n == attention.num_tokens());
@@ -134,7 +151,7 @@ Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& ca
   // Logits in f32 on every backend; this rank's vocabulary rows.
   Tensor logits = Tensor::empty({m, shard_.vocab_rows}, DType::kF32, allocator);
   backend_.linear(selected, weights_.lm_head, Tensor(), logits);
-  return gather_logits(logits);
+  return logits;
 }
 
 namespace {

@@ -59,6 +59,9 @@ class Transformer {
 
   // Returns host f32 logits [logit_rows.size(), vocab], on every rank.
   Tensor forward(const ForwardBatch& batch, backend::PagedKvCache& cache);
+  // The same forward, returning only each logits row's argmax (lowest id on a
+  // tie, as the greedy Sampler): on one device the logits never leave it.
+  std::vector<int32_t> forward_greedy(const ForwardBatch& batch, backend::PagedKvCache& cache);
 
   void set_trace(TraceFn trace) { trace_ = std::move(trace); }
 
@@ -67,6 +70,8 @@ class Transformer {
     if (trace_) trace_(name, layer, value);
   }
 
+  // The forward up to this rank's logits [logit_rows.size(), shard.vocab_rows] f32 on the device.
+  Tensor forward_local(const ForwardBatch& batch, backend::PagedKvCache& cache);
   // Sums a row-parallel layer's partial outputs over the ranks.
   void all_reduce(Tensor& partial);
   // [m, shard.vocab_rows] f32 on every rank -> host [m, vocab].

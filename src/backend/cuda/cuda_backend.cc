@@ -323,6 +323,19 @@ class CudaBackend final : public Backend {
     });
   }
 
+  std::vector<int32_t> argmax_rows(const Tensor& x) override {
+    TESSERA_CHECK(x.dtype() == DType::kF32 && x.rank() == 2 && x.contiguous());
+    const int64_t m = x.dim(0);
+    std::vector<int32_t> ids(m);
+    if (m == 0) return ids;
+    if (!argmax_ids_.defined() || argmax_ids_.numel() < m) argmax_ids_ = Tensor::empty({m}, DType::kI32, *allocator_);
+    cuda::launch_argmax_rows(ptr<float>(x), m, x.dim(1), ptr<int32_t>(argmax_ids_), stream_);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), argmax_ids_.raw_data(), m * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                       stream_));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return ids;
+  }
+
   void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
     for (int32_t r : rows) TESSERA_CHECK(r >= 0 && r < x.dim(0));
     const int32_t* device_rows = rows_buffer_.upload(rows, *allocator_, stream_);
@@ -386,6 +399,7 @@ class CudaBackend final : public Backend {
   int64_t decode_max_context_ = 0;     // longest key range of the step's last tokens
   int64_t multiprocessors_ = 1;
   bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
+  Tensor argmax_ids_;                  // [rows] i32: greedy ids before their copy to the host
   Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
 };
 

@@ -115,6 +115,9 @@ void launch_add_bias(T* y, const T* bias, int64_t m, int64_t n, cudaStream_t str
 template <typename T>
 void launch_gather_rows(const T* x, const int32_t* rows, int64_t count, int64_t width, T* out, cudaStream_t stream);
 
+// ids [m] = per row of x [m, n] f32 the index of the largest value, the lowest on a tie
+void launch_argmax_rows(const float* x, int64_t m, int64_t n, int32_t* ids, cudaStream_t stream);
+
 // out [count] f32 = in [count] T
 template <typename T>
 void launch_to_f32(const T* in, int64_t count, float* out, cudaStream_t stream);
