@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/paged_kv.h"
+#include "backend/quantized_weight.h"
 #include "core/buffer.h"
 #include "core/tensor.h"
 
@@ -106,6 +107,15 @@ class Backend {
   }
   // Selected rows of x, gathered:           x [n, hidden], rows [m] -> out [m, hidden]
   virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
+
+  // 4-bit weights (quantized_weight.h). A backend that keeps them packed says
+  // so here; the model dequantizes for any other (the CPU computes in f32).
+  virtual bool supports_quantized_linear() const { return false; }
+  // Moves a host QuantizedWeight (canonical layout) to this backend, in the
+  // layout its kernel reads.
+  virtual QuantizedWeight upload_quantized_weight(const QuantizedWeight& host);
+  // out = x · dequantize(weight)ᵀ (+ bias)  x [n, in], bias [out] or undefined, out [n, out] (compute dtype)
+  virtual void linear_quantized(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias, Tensor& out);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cli/bench_decode_table.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -34,6 +35,8 @@ struct BenchArgs {
   int64_t prompt_tokens = 16;
   int64_t decode_tokens = 64;
   int64_t prefill_tokens = 0;
+  std::vector<std::string> quant;  // given with --quant or --batch: the table of bench_decode_table.h
+  std::vector<int64_t> batch;
 };
 
 // Read + write bytes per second of a device-to-device copy far larger than caches.
@@ -97,6 +100,13 @@ void bench_prefill(model::Transformer& model, int64_t tokens, double matmul_rate
 }
 
 int run_bench(const BenchArgs& args) {
+  if (!args.quant.empty() || !args.batch.empty()) {
+    DecodeTableArgs table{args.random_shape, args.device, args.dtype, args.quant, args.batch, args.prompt_tokens,
+                          args.decode_tokens};
+    if (table.formats.empty()) table.formats = {"none"};
+    if (table.batches.empty()) table.batches = {1};
+    return run_decode_table(table);
+  }
   const Device device = parse_device(args.device);
   const DType dtype = backend::choose_compute_dtype(args.dtype, device);
   std::unique_ptr<backend::Backend> backend =
@@ -161,6 +171,11 @@ void add_bench_command(CLI::App& app, Runner& runner) {
   decode->add_option("--prefill-tokens", args->prefill_tokens, "also time one prefill of this many tokens")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  decode->add_option("--quant", args->quant,
+                     "weight formats to compare in one table: none (16-bit) and/or awq (random 4-bit, groups of 128)")
+      ->check(CLI::IsMember({"none", "awq"}));
+  decode->add_option("--batch", args->batch, "sequences decoding together, one row each (e.g. 1 16 64)")
+      ->check(CLI::PositiveNumber);
   decode->callback([&runner, args] { runner = [args] { return run_bench(*args); }; });
 }
 

@@ -22,5 +22,6 @@ void add_bench_allreduce_command(CLI::App& app, Runner& runner);  // after add_b
 void add_serve_command(CLI::App& app, Runner& runner);
 void add_chat_command(CLI::App& app, Runner& runner);
 void add_check_env_command(CLI::App& app, Runner& runner);
+void add_lite_command(CLI::App& app, Runner& runner);
 
 }  // namespace tessera::cli

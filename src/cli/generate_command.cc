@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/tp_executor.h"
+#include "model/loader/awq.h"
 #include "model/loader/hf_config.h"
 #include "model/shard.h"
 #include "model/transformer.h"
@@ -37,6 +38,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   int tp = 1;
   bool disable_custom_all_reduce = false;
+  std::string model_format;  // empty: from config.json
 };
 
 // The generation of `options` through an Engine over `tp` ranks (`plan`): the
@@ -97,6 +99,7 @@ int run_generate(const GenerateArgs& args) {
     comm_plan = choose_tp_comm(args.tp, device, args.disable_custom_all_reduce);
   }
   const DType dtype = backend::choose_compute_dtype(args.dtype, device);
+  model::check_model_format(model::read_model_spec(args.model_dir), args.model_format, args.model_dir);
   std::unique_ptr<text::Tokenizer> tokenizer = text::load_tokenizer(args.model_dir);
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<model::Transformer> model;
@@ -166,6 +169,8 @@ void add_generate_command(CLI::App& app, Runner& runner) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--disable-custom-all-reduce", args->disable_custom_all_reduce,
                 "NCCL for every collective, even where every pair of GPUs has peer access");
+  cmd->add_option("--model-format", args->model_format, "hf or awq (default: read from config.json)")
+      ->check(CLI::IsMember({"hf", "llama", "awq", "gptq", "fp8"}));
   cmd->callback([&runner, args] { runner = [args] { return run_generate(*args); }; });
 }
 

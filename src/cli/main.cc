@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_generate_command(app, runner);
   tessera::cli::add_convert_command(app, runner);
   tessera::cli::add_demo_model_command(app, runner);
+  tessera::cli::add_lite_command(app, runner);
   tessera::cli::add_bench_command(app, runner);
   tessera::cli::add_bench_engine_command(app, runner);
   tessera::cli::add_bench_ops_command(app, runner);

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "engine/cpu_executor.h"
 #include "engine/tp_executor.h"
+#include "model/loader/awq.h"
 #include "model/loader/hf_config.h"
 #include "model/shard.h"
 
@@ -45,8 +46,9 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
   cmd->add_option("--quant-policy", a.quant_policy, "KV cache quantization: 0 (none); 4 and 8 are not supported yet")
       ->capture_default_str()
       ->check(CLI::IsMember({0, 4, 8}));
-  cmd->add_option("--model-format", a.model_format, "hf (or llama); awq, gptq and fp8 are not supported yet")
-      ->capture_default_str()
+  cmd->add_option("--model-format", a.model_format,
+                  "hf (16-bit, or llama) or awq (4-bit AWQ, e.g. LMDeploy's lite auto_awq export); default: read "
+                  "from config.json; gptq and fp8 are not supported yet")
       ->check(CLI::IsMember({"hf", "llama", "awq", "gptq", "fp8"}));
   cmd->add_option("--rope-scaling-factor", a.rope_scaling_factor, "dynamic NTK factor over the model's config (0: as configured)")
       ->capture_default_str()
@@ -63,9 +65,9 @@ void check_supported(const EngineArgs& a) {
     throw Error(ErrorKind::kUnsupported, fmt::format("serving across {} nodes is not supported yet", a.nnodes),
                 "run one server per node (--nnodes 1) behind a load balancer");
   }
-  if (a.model_format != "hf" && a.model_format != "llama") {
+  if (a.model_format == "gptq" || a.model_format == "fp8") {
     throw Error(ErrorKind::kUnsupported, fmt::format("--model-format {} is not supported yet", a.model_format),
-                "use a Hugging Face checkpoint in float16, bfloat16 or float32 (--model-format hf)");
+                "use a 16-bit Hugging Face checkpoint (--model-format hf) or an AWQ one (--model-format awq)");
   }
   if (a.quant_policy != 0) {
     throw Error(ErrorKind::kUnsupported, fmt::format("--quant-policy {} (a quantized KV cache) is not supported yet", a.quant_policy),
@@ -137,6 +139,7 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
       s->chat_template = text::ChatTemplate::builtin("base");
     }
   }
+  model::check_model_format(model::read_model_spec(a.model_path), a.model_format, a.model_path);
   log_info("loading {} on {}{}", a.model_path, s->device.to_string(),
            a.tp > 1 ? fmt::format(" as {} tensor-parallel ranks", a.tp) : "");
   std::optional<model::HostModel> host_model;  // tensor parallelism: read once, sharded by the executor

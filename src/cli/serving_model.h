@@ -33,7 +33,7 @@ struct EngineArgs {
   bool enable_prefix_caching = false;
   int64_t max_prefill_token_num = 8192;
   int quant_policy = 0;
-  std::string model_format = "hf";
+  std::string model_format;            // hf, awq (gptq, fp8 refused); empty: from config.json
   double rope_scaling_factor = 0.0;
   std::string chat_template;          // a built-in name or a .jinja file; empty: the model's own
   int nnodes = 1;

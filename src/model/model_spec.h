@@ -29,6 +29,18 @@ struct RopeScaling {
   std::optional<double> attention_factor;  // yarn's mscale; derived from factor when absent
 };
 
+// config.json "quantization_config" (AutoAWQ / LMDeploy exports): 4-bit
+// weights of the linear layers, the embeddings, LM head, norms and biases 16-bit.
+struct QuantizationConfig {
+  std::string method;      // "" (16-bit weights) or "awq"
+  int64_t bits = 0;        // 4
+  int64_t group_size = 0;  // 32, 64 or 128
+  bool zero_point = true;
+  std::string version;     // "gemm"
+
+  bool awq() const { return method == "awq"; }
+};
+
 struct ModelSpec {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   std::string model_type;    // e.g. "llama"
@@ -49,6 +61,7 @@ struct ModelSpec {
   std::vector<int32_t> bos_token_ids;
   std::vector<int32_t> eos_token_ids;
   DType torch_dtype = DType::kBF16;  // the checkpoint's declared dtype
+  QuantizationConfig quantization;    // method "" unless config.json declares one
 
   int64_t q_size() const { return num_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }

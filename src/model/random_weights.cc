@@ -48,19 +48,63 @@ Tensor random_host(Shape shape, double stddev, double offset, std::mt19937_64& r
   return t.to_dtype(dtype);
 }
 
+// A random 4-bit weight [out, in] whose values have about `stddev`: q
+// uniform in 0..15 around zero points near 8, one scale per group.
+backend::QuantizedWeight random_quantized(int64_t out, int64_t in, int64_t group, double stddev,
+                                          std::mt19937_64& rng) {
+  backend::QuantizedWeight w;
+  w.out_features = out;
+  w.in_features = in;
+  w.group_size = group;
+  w.qweight = Tensor::empty({out, in / 8}, DType::kI32);
+  w.scales = Tensor::empty({out, in / group}, DType::kF16);
+  w.zeros = Tensor::empty({out, in / group}, DType::kU8);
+  auto* q = w.qweight.data<int32_t>();
+  for (int64_t i = 0; i < w.qweight.numel(); ++i) q[i] = static_cast<int32_t>(static_cast<uint32_t>(rng()));
+  std::uniform_real_distribution<float> spread(0.75f, 1.25f);
+  auto* scales = static_cast<uint16_t*>(w.scales.raw_data());
+  auto* zeros = w.zeros.data<uint8_t>();
+  for (int64_t i = 0; i < w.scales.numel(); ++i) {
+    scales[i] = f32_to_f16(static_cast<float>(stddev / 4.6) * spread(rng));  // q - z has a stddev of about 4.6
+    zeros[i] = static_cast<uint8_t>(7 + rng() % 3);
+  }
+  return w;
+}
+
 }  // namespace
 
-std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec, backend::Backend& backend, uint64_t seed) {
+std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec_in, backend::Backend& backend,
+                                                     uint64_t seed, int64_t awq_group_size) {
+  ModelSpec spec = spec_in;
+  if (awq_group_size > 0) spec.quantization = {"awq", 4, awq_group_size, true, "gemm"};
   backend.check_supported({spec.head_dim, spec.num_heads, spec.num_kv_heads});
   std::mt19937_64 rng(seed);
   const DType dtype = backend.compute_dtype();
   const int64_t h = spec.hidden_size;
   const double scale = 1.0 / std::sqrt(static_cast<double>(h));
   Tensor norm = random_host({h}, 0.05, 1.0, rng, dtype);
-  Tensor qkv = random_host({spec.qkv_size(), h}, scale, 0.0, rng, dtype);
-  Tensor o = random_host({h, spec.q_size()}, scale, 0.0, rng, dtype);
-  Tensor gate_up = random_host({2 * spec.intermediate_size, h}, scale, 0.0, rng, dtype);
-  Tensor down = random_host({h, spec.intermediate_size}, 1.0 / std::sqrt(double(spec.intermediate_size)), 0.0, rng, dtype);
+  const double down_scale = 1.0 / std::sqrt(double(spec.intermediate_size));
+  const bool awq = awq_group_size > 0;
+  Tensor qkv, o, gate_up, down;
+  backend::QuantizedWeight qkv_w4, o_w4, gate_up_w4, down_w4;
+  if (awq) {
+    qkv_w4 = random_quantized(spec.qkv_size(), h, awq_group_size, scale, rng);
+    o_w4 = random_quantized(h, spec.q_size(), awq_group_size, scale, rng);
+    gate_up_w4 = random_quantized(2 * spec.intermediate_size, h, awq_group_size, scale, rng);
+    down_w4 = random_quantized(h, spec.intermediate_size, awq_group_size, down_scale, rng);
+    if (!backend.supports_quantized_linear()) {
+      qkv = backend::dequantize_weight(qkv_w4).to_dtype(dtype);
+      o = backend::dequantize_weight(o_w4).to_dtype(dtype);
+      gate_up = backend::dequantize_weight(gate_up_w4).to_dtype(dtype);
+      down = backend::dequantize_weight(down_w4).to_dtype(dtype);
+    }
+  } else {
+    qkv = random_host({spec.qkv_size(), h}, scale, 0.0, rng, dtype);
+    o = random_host({h, spec.q_size()}, scale, 0.0, rng, dtype);
+    gate_up = random_host({2 * spec.intermediate_size, h}, scale, 0.0, rng, dtype);
+    down = random_host({h, spec.intermediate_size}, down_scale, 0.0, rng, dtype);
+  }
+  const bool packed = awq && backend.supports_quantized_linear();
   // Each use gets its own memory, even where upload_weight would share the host tensor (CPU).
   auto own = [&](const Tensor& host) {
     Tensor uploaded = backend.upload_weight(host);
@@ -76,11 +120,18 @@ std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec, back
   for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
     LayerWeights lw;
     lw.attn_norm = own(norm);
-    lw.qkv = own(qkv);
-    lw.o = own(o);
     lw.ffn_norm = own(norm);
-    lw.gate_up = own(gate_up);
-    lw.down = own(down);
+    if (packed) {  // each upload is a device copy of its own
+      lw.qkv_w4 = backend.upload_quantized_weight(qkv_w4);
+      lw.o_w4 = backend.upload_quantized_weight(o_w4);
+      lw.gate_up_w4 = backend.upload_quantized_weight(gate_up_w4);
+      lw.down_w4 = backend.upload_quantized_weight(down_w4);
+    } else {
+      lw.qkv = own(qkv);
+      lw.o = own(o);
+      lw.gate_up = own(gate_up);
+      lw.down = own(down);
+    }
     weights.layers.push_back(std::move(lw));
   }
   backend.synchronize();

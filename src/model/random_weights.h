@@ -19,6 +19,11 @@ namespace tessera::model {
 // heads, intermediate 16384). Throws Error(kInvalidArgument) listing them.
 ModelSpec random_model_spec(const std::string& name);
 
-std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec, backend::Backend& backend, uint64_t seed);
+// With `awq_group_size` > 0 the linear layers are random 4-bit weights in
+// groups of that size (packed on a backend with a 4-bit kernel, dequantized
+// otherwise), as an AWQ checkpoint of the shape would load; the embeddings and
+// the LM head stay 16-bit. spec.quantization of the model says so.
+std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec, backend::Backend& backend, uint64_t seed,
+                                                     int64_t awq_group_size = 0);
 
 }  // namespace tessera::model

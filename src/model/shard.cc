@@ -54,6 +54,10 @@ std::vector<int> valid_tp_sizes(const ModelSpec& spec) {
     if (spec.num_heads % tp != 0) continue;
     if (spec.num_kv_heads % tp != 0 && tp % spec.num_kv_heads != 0) continue;
     if (spec.intermediate_size < tp) continue;
+    if (spec.quantization.awq()) {  // row-parallel 4-bit layers split their inputs in whole groups
+      const int64_t g = spec.quantization.group_size;
+      if ((spec.q_size() / tp) % g != 0 || spec.intermediate_size % (tp * g) != 0) continue;
+    }
     sizes.push_back(static_cast<int>(tp));
   }
   return sizes;
@@ -62,9 +66,14 @@ std::vector<int> valid_tp_sizes(const ModelSpec& spec) {
 void check_tp_size(const ModelSpec& spec, int tp) {
   std::vector<int> valid = valid_tp_sizes(spec);
   if (std::find(valid.begin(), valid.end(), tp) != valid.end()) return;
+  const std::string groups =
+      spec.quantization.awq()
+          ? fmt::format(" and its 4-bit layers' inputs ({} attention, {} MLP) in whole groups of {}", spec.q_size(),
+                        spec.intermediate_size, spec.quantization.group_size)
+          : "";
   throw Error(ErrorKind::kInvalidArgument,
-              fmt::format("--tp {} cannot split this model's {} attention heads ({} KV heads) evenly", tp,
-                          spec.num_heads, spec.num_kv_heads),
+              fmt::format("--tp {} cannot split this model's {} attention heads ({} KV heads){} evenly", tp,
+                          spec.num_heads, spec.num_kv_heads, groups),
               fmt::format("tensor-parallel sizes that work for this model: {}", fmt::join(valid, ", ")));
 }
 
@@ -99,7 +108,28 @@ Tensor shard_weight(const ModelSpec& spec, const TpShard& shard, const std::stri
   TESSERA_CHECK(full.defined() && full.contiguous() && full.device().is_cpu());
   if (shard.world_size == 1 || name == "embed") return full;
   const int64_t hd = spec.head_dim;
-  switch (tp_split_of(name)) {
+  // A 4-bit linear's parts (weights.h): rows are output channels, split as
+  // 16-bit rows are; a column split counts in packed words (8 inputs) or
+  // groups, and must take whole ones (valid_tp_sizes ensures it).
+  std::string base = name;
+  int64_t unit = 1;  // inputs per column of `full`
+  for (const char* suffix : {".qweight", ".scales", ".zeros"}) {
+    if (!name.ends_with(suffix)) continue;
+    base = name.substr(0, name.size() - std::strlen(suffix));
+    const int64_t in = base.ends_with(".o") ? spec.q_size() : base.ends_with(".down") ? spec.intermediate_size
+                                                                                         : spec.hidden_size;
+    unit = in / full.dim(1);
+  }
+  auto columns = [&](int64_t begin, int64_t count) {
+    if (begin % unit != 0 || count % unit != 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: inputs [{}, {}) of rank {} do not fall on whole 4-bit groups of {}", name, begin,
+                              begin + count, shard.rank, unit),
+                  fmt::format("tensor-parallel sizes that work for this model: {}", fmt::join(valid_tp_sizes(spec), ", ")));
+    }
+    return take_columns(full, begin / unit, count / unit);
+  };
+  switch (tp_split_of(base)) {
     case TpSplit::kReplicated:
       return full;
     case TpSplit::kColumnQkv: {
@@ -117,8 +147,8 @@ Tensor shard_weight(const ModelSpec& spec, const TpShard& shard, const std::stri
                         {spec.intermediate_size + shard.intermediate_begin, shard.intermediate_size}},
                        2 * shard.intermediate_size);
     case TpSplit::kRow:
-      if (name.ends_with(".o")) return take_columns(full, shard.head_begin * hd, shard.num_heads * hd);
-      return take_columns(full, shard.intermediate_begin, shard.intermediate_size);
+      if (base.ends_with(".o")) return columns(shard.head_begin * hd, shard.num_heads * hd);
+      return columns(shard.intermediate_begin, shard.intermediate_size);
     case TpSplit::kVocab: {
       const int64_t rows = std::clamp<int64_t>(spec.vocab_size - shard.vocab_begin, 0, shard.vocab_rows);
       return take_rows(full, {{shard.vocab_begin, rows}}, shard.vocab_rows);

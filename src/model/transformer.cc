@@ -50,6 +50,15 @@ Tensor Transformer::gather_logits(const Tensor& local) {
   return logits;
 }
 
+void Transformer::project(const Tensor& x, const Tensor& weight, const backend::QuantizedWeight& packed,
+                          const Tensor& bias, Tensor& out) {
+  if (packed.defined()) {
+    backend_.linear_quantized(x, packed, bias, out);
+  } else {
+    backend_.linear(x, weight, bias, out);
+  }
+}
+
 backend::PagedKvCache Transformer::allocate_cache(int64_t num_blocks, int64_t block_size) {
   backend::PagedKvCache cache;
   cache.num_blocks = num_blocks;
@@ -123,19 +132,19 @@ Tensor Transformer::forward_local(const ForwardBatch& batch, backend::PagedKvCac
     const LayerWeights& w = weights_.layers[layer];
     backend::PagedKvLayer& kv = cache.layers[layer];
     trace("attn_norm", layer, normed);
-    backend_.linear(normed, w.qkv, w.qkv_bias, qkv);
+    project(normed, w.qkv, w.qkv_w4, w.qkv_bias, qkv);
     backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
                                   cache.block_size);
     trace("qkv_rope", layer, qkv);
     backend_.paged_attention(qkv, shard_.num_heads, layer_batch, kv, cache.block_size, attn_out);
     trace("attention", layer, attn_out);
-    backend_.linear(attn_out, w.o, Tensor(), projected);
+    project(attn_out, w.o, w.o_w4, Tensor(), projected);
     all_reduce(projected);
     backend_.add_rms_norm(residual, projected, w.ffn_norm, eps, normed);  // residual += attention
     trace("ffn_norm", layer, normed);
-    backend_.linear(normed, w.gate_up, Tensor(), gate_up);
+    project(normed, w.gate_up, w.gate_up_w4, Tensor(), gate_up);
     backend_.silu_mul(gate_up, mlp_hidden);
-    backend_.linear(mlp_hidden, w.down, Tensor(), projected);
+    project(mlp_hidden, w.down, w.down_w4, Tensor(), projected);
     all_reduce(projected);
     trace("mlp", layer, projected);
     // residual += mlp, then the next layer's input norm (or the final norm).

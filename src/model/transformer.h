@@ -72,6 +72,9 @@ class Transformer {
 
   // The forward up to this rank's logits [logit_rows.size(), shard.vocab_rows] f32 on the device.
   Tensor forward_local(const ForwardBatch& batch, backend::PagedKvCache& cache);
+  // A linear layer: its 4-bit weight when the backend keeps one, else the 16-bit one.
+  void project(const Tensor& x, const Tensor& weight, const backend::QuantizedWeight& packed, const Tensor& bias,
+               Tensor& out);
   // Sums a row-parallel layer's partial outputs over the ranks.
   void all_reduce(Tensor& partial);
   // [m, shard.vocab_rows] f32 on every rank -> host [m, vocab].

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/loader/awq.h"
 
 namespace tessera::model {
 
@@ -80,6 +82,10 @@ class WeightAssembler {
 
   // Fills `part` of canonical weight `name` from checkpoint tensor `source_name`.
   void fill(const std::string& name, WeightPart part, const std::string& source_name) {
+    if (spec_.quantization.awq() && source_name.ends_with(".weight") && is_linear(name)) {
+      const std::string base = source_name.substr(0, source_name.size() - 7);
+      if (has_awq_linear(checkpoint_, base)) return fill_quantized(name, part, base);
+    }
     const CheckpointTensor& source = checkpoint_.get(source_name);
     Tensor& target = tensor_for(name);
     const int64_t width = target.rank() == 2 ? target.dim(1) : 1;
@@ -104,12 +110,62 @@ class WeightAssembler {
     }
   }
 
-  std::map<std::string, Tensor> take_all() { return std::move(tensors_); }
+  std::map<std::string, Tensor> take_all() {
+    for (const auto& [name, tensor] : tensors_) {
+      if (tensors_.contains(name + ".qweight")) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("{}: {} has both 4-bit and 16-bit parts (q/k/v or gate/up stored differently)",
+                                checkpoint_.dir().string(), name),
+                    "quantize every part of a fused linear alike");
+      }
+    }
+    return std::move(tensors_);
+  }
 
  private:
   Tensor& tensor_for(const std::string& name) {
     auto it = tensors_.find(name);
     if (it == tensors_.end()) it = tensors_.emplace(name, Tensor::empty(canonical_shape(spec_, name), DType::kF32)).first;
+    return it->second;
+  }
+
+  static bool is_linear(const std::string& name) {
+    return name.ends_with(".qkv") || name.ends_with(".o") || name.ends_with(".gate_up") || name.ends_with(".down");
+  }
+
+  // A 4-bit part: read and repacked (loader/awq.h) into the canonical
+  // layout's rows, so q | k | v, gate | up and InternLM2's head groups are
+  // placed exactly as the 16-bit rows are.
+  void fill_quantized(const std::string& name, WeightPart part, const std::string& base) {
+    const Shape full = canonical_shape(spec_, name);
+    const int64_t width = full[1], group = spec_.quantization.group_size;
+    auto [row_begin, row_count] = part_rows(spec_, part, full[0]);
+    backend::QuantizedWeight q = read_awq_linear(checkpoint_, base, row_count, width, group);
+    Tensor* targets[3] = {&part_for(name + ".qweight", {full[0], width / 8}, DType::kI32),
+                          &part_for(name + ".scales", {full[0], width / group}, DType::kF16),
+                          &part_for(name + ".zeros", {full[0], width / group}, DType::kU8)};
+    const Tensor* sources[3] = {&q.qweight, &q.scales, &q.zeros};
+    auto move_rows = [&](int64_t from, int64_t to, int64_t count) {
+      for (int i = 0; i < 3; ++i) {
+        const size_t row_bytes = sources[i]->nbytes() / static_cast<size_t>(sources[i]->dim(0));
+        std::memcpy(static_cast<char*>(targets[i]->raw_data()) + to * row_bytes,
+                    static_cast<const char*>(sources[i]->raw_data()) + from * row_bytes, count * row_bytes);
+      }
+    };
+    if (part != WeightPart::kPackedWqkv) return move_rows(0, row_begin, row_count);
+    // InternLM2's wqkv, as unpack_internlm2_wqkv does for 16-bit rows.
+    const int64_t hd = spec_.head_dim, group_heads = spec_.num_heads / spec_.num_kv_heads;
+    int64_t source_head = 0;
+    for (int64_t g = 0; g < spec_.num_kv_heads; ++g) {
+      for (int64_t i = 0; i < group_heads; ++i) move_rows(source_head++ * hd, (g * group_heads + i) * hd, hd);
+      move_rows(source_head++ * hd, spec_.q_size() + g * hd, hd);
+      move_rows(source_head++ * hd, spec_.q_size() + spec_.kv_size() + g * hd, hd);
+    }
+  }
+
+  Tensor& part_for(const std::string& name, Shape shape, DType dtype) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) it = tensors_.emplace(name, Tensor::empty(std::move(shape), dtype)).first;
     return it->second;
   }
 
@@ -173,6 +229,29 @@ ModelWeights upload_weights(const ModelSpec& spec, const CanonicalWeights& weigh
     lw.ffn_norm = take("ffn_norm");
     lw.gate_up = take("gate_up");
     lw.down = take("down");
+    // 4-bit linears: packed on a backend with a 4-bit kernel, else dequantized
+    // into the 16-bit slot (the CPU computes in f32).
+    auto take_quantized = [&](const char* part, Tensor& dense, backend::QuantizedWeight& packed) {
+      const std::string name = with_layer(std::string("layers.{L}.") + part, layer);
+      if (dense.defined() || !weights.contains(name + ".qweight")) return;
+      backend::QuantizedWeight q;
+      q.qweight = shard_weight(spec, shard, name + ".qweight", find(name + ".qweight"));
+      q.scales = shard_weight(spec, shard, name + ".scales", find(name + ".scales"));
+      q.zeros = shard_weight(spec, shard, name + ".zeros", find(name + ".zeros"));
+      q.out_features = q.qweight.dim(0);
+      q.in_features = q.qweight.dim(1) * 8;
+      q.group_size = q.in_features / q.scales.dim(1);
+      backend::check_quantized_weight(q, name);
+      if (backend.supports_quantized_linear()) {
+        packed = backend.upload_quantized_weight(q);
+      } else {
+        dense = backend.upload_weight(backend::dequantize_weight(q));
+      }
+    };
+    take_quantized("qkv", lw.qkv, lw.qkv_w4);
+    take_quantized("o", lw.o, lw.o_w4);
+    take_quantized("gate_up", lw.gate_up, lw.gate_up_w4);
+    take_quantized("down", lw.down, lw.down_w4);
     out.layers.push_back(std::move(lw));
   }
   return out;

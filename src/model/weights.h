@@ -25,6 +25,9 @@ struct LayerWeights {
   Tensor ffn_norm;   // [hidden]
   Tensor gate_up;    // [2 * intermediate, hidden] rows gate | up
   Tensor down;       // [hidden, intermediate]
+  // 4-bit linears (AWQ) on a backend that keeps them packed: the same shapes
+  // as out_features x in_features; the 16-bit tensor above is then undefined.
+  backend::QuantizedWeight qkv_w4, o_w4, gate_up_w4, down_w4;
 };
 
 struct ModelWeights {
@@ -36,7 +39,9 @@ struct ModelWeights {
 };
 
 // Canonical weights by name ("embed", "layers.3.qkv", ...) as host f32
-// tensors, assembled from the checkpoint, before any upload or split.
+// tensors, assembled from the checkpoint, before any upload or split. A 4-bit
+// linear (AWQ) is three entries instead of one: "layers.3.qkv.qweight" (i32),
+// ".scales" (f16) and ".zeros" (u8), in backend/quantized_weight.h's layout.
 using CanonicalWeights = std::map<std::string, Tensor>;
 
 // Assembles the canonical weights from a checkpoint using the architecture's

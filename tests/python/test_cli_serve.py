@@ -46,7 +46,8 @@ def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model-format", "awq"], "--model-format awq is not supported yet"),
+    (["--model-format", "gptq"], "--model-format gptq is not supported yet"),
+    (["--model-format", "awq"], "declares no AWQ quantization_config"),
     (["--quant-policy", "8"], "--quant-policy 8"),
     (["--nnodes", "2"], "2 nodes"),
     (["--rope-scaling-factor", "2.0"], "--rope-scaling-factor"),

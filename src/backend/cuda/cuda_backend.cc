@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/w4a16.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -343,6 +344,50 @@ class CudaBackend final : public Backend {
       using T = decltype(tag);
       cuda::launch_gather_rows<T>(ptr<T>(x), device_rows, static_cast<int64_t>(rows.size()), x.dim(1), ptr<T>(out),
                                   stream_);
+    });
+  }
+
+  bool supports_quantized_linear() const override { return true; }
+
+  // The canonical layout is the kernel's: a plain copy of each part.
+  QuantizedWeight upload_quantized_weight(const QuantizedWeight& host) override {
+    check_quantized_weight(host, "upload_quantized_weight");
+    auto copy_up = [&](const Tensor& t) {
+      Tensor device = Tensor::empty(t.shape(), t.dtype(), *allocator_);
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(device.raw_data(), t.raw_data(), t.nbytes(), cudaMemcpyHostToDevice, stream_));
+      return device;
+    };
+    QuantizedWeight device = host;
+    device.qweight = copy_up(host.qweight);
+    device.scales = copy_up(host.scales);
+    device.zeros = copy_up(host.zeros);
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host parts may be freed on return
+    return device;
+  }
+
+  // Up to kW4GemvMaxRows rows: the W4A16 GEMV; more: dequantize into a
+  // scratch weight in the activation dtype and use cuBLASLt.
+  void linear_quantized(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out) override {
+    const int64_t m = x.dim(0), n = w.out_features, k = w.in_features;
+    if (x.dim(1) != k || out.dim(0) != m || out.dim(1) != n || out.dtype() != x.dtype() ||
+        reinterpret_cast<uintptr_t>(x.raw_data()) % 16 != 0) {
+      throw Error(ErrorKind::kInternal, fmt::format("cuda linear_quantized: {} · [{}, {}]ᵀ (4-bit) does not fit {}",
+                                                    x.describe(), n, k, out.describe()));
+    }
+    const auto* qweight = static_cast<const uint32_t*>(w.qweight.raw_data());
+    const auto* scales = static_cast<const __half*>(w.scales.raw_data());
+    const auto* zeros = static_cast<const uint8_t*>(w.zeros.raw_data());
+    dispatch(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if (m <= cuda::kW4GemvMaxRows) {
+        cuda::launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias.defined() ? ptr<T>(bias) : nullptr, m, n, k,
+                                   w.group_size, ptr<T>(out), stream_);
+        return;
+      }
+      Tensor dense = Tensor::empty({n, k}, x.dtype(), *allocator_);  // stream-ordered: reused by the pool
+      cuda::launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, ptr<T>(dense), stream_);
+      gemm_->linear(x.raw_data(), dense.raw_data(), out.raw_data(), m, n, k, x.dtype(), out.dtype());
+      if (bias.defined()) cuda::launch_add_bias<T>(ptr<T>(out), ptr<T>(bias), m, n, stream_);
     });
   }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -135,6 +136,54 @@ RopeScaling parse_rope_scaling(const json& scaling, const std::string& source, i
   return rope;
 }
 
+// quantization_config: only AWQ's 4-bit GEMM layout with zero points, in
+// groups of 32, 64 or 128 (the small ones for small models).
+QuantizationConfig parse_quantization(const json& q, const std::string& source) {
+  QuantizationConfig out;
+  if (q.is_null()) return out;
+  if (!q.is_object()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: 'quantization_config' must be an object", source));
+  }
+  ConfigReader reader(q, source);
+  auto text = [&](const char* key, const char* fallback) -> std::string {
+    if (!reader.has(key)) return fallback;
+    if (!q[key].is_string()) reader.fail(fmt::format("quantization_config.{}", key), "must be a string");
+    std::string value = q[key].get<std::string>();
+    for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return value;
+  };
+  out.method = text("quant_method", "");
+  if (out.method != "awq") {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: quantization_config.quant_method '{}' is not supported", source, out.method),
+                "tessera serves AWQ 4-bit checkpoints (quant_method \"awq\", as LMDeploy's `lite auto_awq` and "
+                "AutoAWQ write them) and 16-bit ones");
+  }
+  const char* bits_key = reader.has("bits") ? "bits" : "w_bit";  // AutoAWQ's older name
+  out.bits = reader.positive_int_or(bits_key, 4);
+  out.group_size = reader.positive_int_or(reader.has("group_size") ? "group_size" : "q_group_size", 128);
+  out.zero_point = reader.bool_or("zero_point", true);
+  out.version = text("version", "gemm");
+  if (out.bits != 4) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: AWQ with {} bits is not supported", source, out.bits),
+                "tessera's AWQ kernels read 4-bit weights (bits: 4)");
+  }
+  if (out.group_size != 32 && out.group_size != 64 && out.group_size != 128) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: AWQ group_size {} is not supported", source, out.group_size),
+                "supported group sizes: 32, 64, 128");
+  }
+  if (!out.zero_point) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: AWQ without zero points is not supported", source),
+                "quantize with zero_point true (the default of AutoAWQ and LMDeploy)");
+  }
+  if (out.version != "gemm") {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: AWQ version '{}' is not supported", source, out.version),
+                "tessera reads AWQ's GEMM layout (version \"gemm\"); re-export with version gemm");
+  }
+  return out;
+}
+
 }  // namespace
 
 ModelSpec parse_model_spec(const json& config, const std::string& source) {
@@ -187,6 +236,7 @@ ModelSpec parse_model_spec(const json& config, const std::string& source) {
   spec.bos_token_ids = reader.id_list("bos_token_id");
   spec.eos_token_ids = reader.id_list("eos_token_id");
   spec.torch_dtype = parse_torch_dtype(reader);
+  if (reader.has("quantization_config")) spec.quantization = parse_quantization(config["quantization_config"], source);
   return spec;
 }
 

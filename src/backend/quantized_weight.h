@@ -1,0 +1,47 @@
+// QuantizedWeight: a linear layer's weight in 4-bit groups with a zero point
+// and a scale per group (AWQ, W4A16). The activations stay 16-bit (or f32);
+// only the weight is 4-bit.
+//
+// The canonical layout, on the host and (for the CUDA backend) on the device,
+// for a weight of [out, in] (out = output channels, in = input features, g =
+// group_size; in % g == 0, g % 32 == 0):
+//   qweight  i32 [out, in / 8]   word w of row o holds inputs 8w .. 8w + 7,
+//                                 input 8w + i in bits 4i .. 4i + 3 (natural order)
+//   scales   f16 [out, in / g]
+//   zeros    u8  [out, in / g]   0 .. 15
+//   w[o][i] = (q[o][i] - zeros[o][i / g]) * scales[o][i / g]
+// Rows are output channels, as in a 16-bit weight [out, in], so a row split
+// (column-parallel layers, q | k | v) is a row split of all three, and a column
+// split (row-parallel layers) takes whole groups. AWQ checkpoints store the
+// transpose with interleaved nibbles; the loader repacks them into this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace tessera::backend {
+
+struct QuantizedWeight {
+  Tensor qweight;  // i32 [out, in / 8]
+  Tensor scales;   // f16 [out, in / group_size]
+  Tensor zeros;    // u8  [out, in / group_size]
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+  int64_t group_size = 0;
+
+  bool defined() const { return qweight.defined(); }
+  // Bytes a forward reads: the packed weights, scales and zeros.
+  size_t nbytes() const { return qweight.nbytes() + scales.nbytes() + zeros.nbytes(); }
+};
+
+// Checks the three host tensors against each other and the layout above;
+// throws Error(kInvalidArgument) naming `what`, the expected and the found shape.
+void check_quantized_weight(const QuantizedWeight& w, const std::string& what);
+
+// The f32 weight [out, in] of a host QuantizedWeight (the CPU backend computes
+// with this; tests use it as the plain reference of the CUDA kernel).
+Tensor dequantize_weight(const QuantizedWeight& host);
+
+}  // namespace tessera::backend

@@ -1,0 +1,137 @@
+#include "cli/bench_decode_table.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "backend/backend.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "model/random_weights.h"
+#include "model/transformer.h"
+
+namespace tessera::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double copy_bandwidth(backend::Backend& backend) {
+  const int64_t bytes = backend.device().is_cpu() ? (int64_t{512} << 20) : (int64_t{2} << 30);
+  Tensor a = Tensor::empty({bytes}, DType::kU8, backend.allocator());
+  Tensor b = Tensor::empty({bytes}, DType::kU8, backend.allocator());
+  backend.copy(a, b);
+  backend.synchronize();
+  const int repeats = 5;
+  auto start = Clock::now();
+  for (int i = 0; i < repeats; ++i) backend.copy(a, b);
+  backend.synchronize();
+  return 2.0 * bytes * repeats / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Bytes one decode step reads for the weights: the linear layers (16-bit, or
+// packed 4-bit + f16 scales + u8 zeros) and the 16-bit LM head.
+double weight_bytes_per_step(const model::ModelSpec& s, double element_bytes, int64_t awq_group) {
+  const double linear = static_cast<double>(s.num_layers) *
+                        (s.qkv_size() * s.hidden_size + s.hidden_size * s.q_size() + 3 * s.hidden_size * s.intermediate_size);
+  const double per_weight = awq_group > 0 ? 0.5 + 3.0 / static_cast<double>(awq_group) : element_bytes;
+  return linear * per_weight + element_bytes * static_cast<double>(s.vocab_size * s.hidden_size);
+}
+
+struct Row {
+  std::string format;
+  int64_t batch = 0;
+  double step_seconds = 0;
+  double bytes = 0;
+};
+
+// `batch` sequences: one prefill of every prompt, then decode steps of one
+// token each (the argmax is not needed for speed: fixed ids), timed after two
+// warm-up steps. Logits come back to the host every step, as in serving.
+Row time_decode(model::Transformer& model, int64_t batch, const DecodeTableArgs& args) {
+  const model::ModelSpec& spec = model.spec();
+  const int64_t block_size = 64, steps = args.decode_tokens + 2;
+  const int64_t blocks_per_seq = (args.prompt_tokens + steps + block_size) / block_size;
+  backend::PagedKvCache cache = model.allocate_cache(batch * blocks_per_seq, block_size);
+  auto make_batch = [&](int64_t first_position, int64_t tokens) {
+    model::ForwardBatch fb;
+    fb.attention.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
+    fb.attention.query_start.push_back(0);
+    for (int64_t s = 0; s < batch; ++s) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        fb.token_ids.push_back(static_cast<int32_t>((s * 131 + first_position + t) * 7 % spec.vocab_size));
+        fb.attention.positions.push_back(static_cast<int32_t>(first_position + t));
+      }
+      fb.attention.query_start.push_back(static_cast<int32_t>(fb.token_ids.size()));
+      for (int64_t b = 0; b < blocks_per_seq; ++b) fb.attention.block_tables.push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+      fb.logit_rows.push_back(static_cast<int32_t>(fb.token_ids.size() - 1));
+    }
+    return fb;
+  };
+  model.forward(make_batch(0, args.prompt_tokens), cache);
+  int64_t position = args.prompt_tokens;
+  for (int i = 0; i < 2; ++i) model.forward(make_batch(position++, 1), cache);  // warm-up
+  auto start = Clock::now();
+  for (int64_t i = 0; i < args.decode_tokens; ++i) model.forward(make_batch(position++, 1), cache);
+  Row row;
+  row.batch = batch;
+  row.step_seconds = std::chrono::duration<double>(Clock::now() - start).count() / args.decode_tokens;
+  const double element_bytes = static_cast<double>(dtype_bytes(model.backend().compute_dtype(), 1));
+  const double kv = element_bytes * 2 * spec.num_layers * spec.kv_size() * batch *
+                    (args.prompt_tokens + args.decode_tokens / 2.0 + 2);
+  // A backend without 4-bit kernels holds the dequantized weights and reads those.
+  const int64_t group = model.backend().supports_quantized_linear() ? spec.quantization.group_size : 0;
+  row.bytes = weight_bytes_per_step(spec, element_bytes, group) + kv;
+  return row;
+}
+
+}  // namespace
+
+int run_decode_table(const DecodeTableArgs& args) {
+  if (args.random_shape.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "bench decode with --quant or --batch runs a random model",
+                "e.g. tessera bench decode --random internlm2_5-7b --device cuda --quant none awq --batch 1 16 64");
+  }
+  const Device device = parse_device(args.device);
+  const DType dtype = backend::choose_compute_dtype(args.dtype, device);
+  std::unique_ptr<backend::Backend> backend =
+      device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
+  const double bandwidth = copy_bandwidth(*backend);
+  const model::ModelSpec spec = model::random_model_spec(args.random_shape);
+  fmt::print("model           random {} on {}, activations {}\n", args.random_shape, device.to_string(),
+             dtype_name(backend->compute_dtype()));
+  fmt::print("copy bandwidth  {:.1f} GB/s (read + write, measured now)\n", bandwidth / 1e9);
+  fmt::print("bytes/step      the linear weights (awq: packed 4-bit + f16 scales + u8 zeros per group of 128 where the "
+             "backend keeps them packed), the LM head and the KV cache read\n\n");
+  std::vector<Row> rows;
+  for (const std::string& format : args.formats) {
+    if (format != "none" && format != "awq") {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--quant {}: unknown", format), "use none or awq");
+    }
+    std::unique_ptr<model::Transformer> model =
+        model::make_random_transformer(spec, *backend, 1, format == "awq" ? 128 : 0);
+    for (int64_t batch : args.batches) {
+      Row row = time_decode(*model, batch, args);
+      row.format = format;
+      rows.push_back(row);
+    }
+  }
+  fmt::print("{:<8} {:>6} {:>12} {:>10} {:>12} {:>12} {:>14}\n", "weights", "batch", "tokens/s", "ms/step",
+             "MB/step", "of limit", "vs first");
+  for (const Row& row : rows) {
+    double baseline = 0;
+    for (const Row& other : rows) {
+      if (other.batch == row.batch) {
+        baseline = other.step_seconds;
+        break;
+      }
+    }
+    const double limit = row.bytes / bandwidth;
+    fmt::print("{:<8} {:>6} {:>12.1f} {:>10.3f} {:>12.1f} {:>11.1f}% {:>13.2f}x\n", row.format, row.batch,
+               row.batch / row.step_seconds, row.step_seconds * 1e3, row.bytes / 1e6, 100.0 * limit / row.step_seconds,
+               baseline / row.step_seconds);
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli

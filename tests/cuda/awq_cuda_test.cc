@@ -1,0 +1,178 @@
+// The W4A16 linear (backend/cuda/w4a16.cu) against dequantize-then-GEMM on the
+// CPU (dequantize_weight + the CPU backend's f32 linear: the judge), over a
+// grid of rows M (the GEMV up to 16, dequantize + cuBLASLt above), outputs N,
+// inputs K and group sizes, with and without bias, in f32, f16 and bf16. A
+// flipped nibble is caught. And a `lite auto_awq` export of a golden model on
+// the GPU gives the CPU's logits and greedy tokens. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "../compare.h"
+#include "../test_paths.h"
+#include "backend/backend.h"
+#include "engine/generate.h"
+#include "model/convert/awq_quantize.h"
+#include "model/transformer.h"
+
+namespace tessera::backend {
+namespace {
+
+struct Bounds {
+  double max_abs, rel_norm;
+};
+
+// f32 is looser than a plain GEMM: the kernel folds the 128 offset of its
+// int-to-float trick out per group (w4a16.cu), which costs about 2^-16 of
+// relative precision per 32-input chunk.
+Bounds bounds_for(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return {2e-3, 2e-4};
+    case DType::kF16: return {2e-2, 2e-3};
+    default: return {1e-1, 1e-2};
+  }
+}
+
+QuantizedWeight random_weight(int64_t out, int64_t in, int64_t group, uint32_t seed) {
+  std::mt19937 rng(seed);
+  QuantizedWeight w;
+  w.out_features = out;
+  w.in_features = in;
+  w.group_size = group;
+  w.qweight = Tensor::empty({out, in / 8}, DType::kI32);
+  w.scales = Tensor::empty({out, in / group}, DType::kF16);
+  w.zeros = Tensor::empty({out, in / group}, DType::kU8);
+  for (int64_t i = 0; i < w.qweight.numel(); ++i) w.qweight.data<int32_t>()[i] = static_cast<int32_t>(rng());
+  std::uniform_real_distribution<float> scale(0.5f, 1.5f);
+  for (int64_t i = 0; i < w.scales.numel(); ++i) {
+    static_cast<uint16_t*>(w.scales.raw_data())[i] = f32_to_f16(scale(rng) / std::sqrt(float(in)) / 4.0f);
+    w.zeros.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 16);
+  }
+  return w;
+}
+
+class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+    dtype_ = GetParam();
+    cuda_ = make_cuda_backend(0, dtype_);
+    cpu_ = make_cpu_backend();
+  }
+
+  Tensor random(Shape shape, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> values(shape_numel(shape));
+    for (float& v : values) v = dist(rng);
+    return Tensor::from_f32(values, shape).to_dtype(dtype_).to_f32();
+  }
+
+  // The GPU's result and the CPU's, both host f32 [m, n].
+  std::pair<Tensor, Tensor> run(const QuantizedWeight& host, const QuantizedWeight& uploaded_from, int64_t m,
+                                bool with_bias, uint32_t seed) {
+    const int64_t n = host.out_features, k = host.in_features;
+    Tensor x = random({m, k}, seed);
+    Tensor bias = with_bias ? random({n}, seed + 1) : Tensor();
+    Tensor expected = Tensor::empty({m, n}, DType::kF32);
+    cpu_->linear(x, dequantize_weight(host), bias, expected);
+    QuantizedWeight device = cuda_->upload_quantized_weight(uploaded_from);
+    Tensor gpu_out = Tensor::empty({m, n}, dtype_, cuda_->allocator());
+    cuda_->linear_quantized(cuda_->upload_weight(x), device, with_bias ? cuda_->upload_weight(bias) : Tensor(),
+                            gpu_out);
+    return {cuda_->to_host_f32(gpu_out), expected};
+  }
+
+  DType dtype_ = DType::kF32;
+  std::unique_ptr<Backend> cuda_, cpu_;
+};
+
+TEST_P(AwqCudaVsCpu, LinearEqualsDequantizeThenGemmOverAGrid) {
+  struct Shape2 {
+    int64_t n, k;
+  };
+  const Shape2 shapes[] = {{8, 32}, {24, 64}, {264, 256}, {1000, 384}, {130, 1024}, {512, 14336}, {4096, 4096}};
+  const int64_t rows[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 40};
+  uint32_t seed = 1;
+  int cases = 0;
+  for (const Shape2& s : shapes) {
+    for (int64_t group : {32, 64, 128}) {
+      if (s.k % group != 0) continue;
+      const QuantizedWeight w = random_weight(s.n, s.k, group, seed++);
+      for (int64_t m : rows) {
+        if (s.n * s.k > 4096 * 1024 && m > 16 && m != 17) continue;  // keep the large shapes quick
+        const bool bias = (seed % 2) == 0;
+        auto [got, want] = run(w, w, m, bias, seed++);
+        auto c = testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
+        const Bounds b = bounds_for(dtype_);
+        EXPECT_TRUE(c.within(b.max_abs, b.rel_norm))
+            << "m " << m << " n " << s.n << " k " << s.k << " group " << group << (bias ? " +bias" : "") << " ("
+            << dtype_name(dtype_) << "): " << c.describe();
+        ++cases;
+      }
+    }
+  }
+  EXPECT_GT(cases, 100);
+}
+
+TEST_P(AwqCudaVsCpu, AFlippedNibbleIsCaught) {
+  const QuantizedWeight w = random_weight(64, 256, 64, 7);
+  QuantizedWeight planted = w;
+  planted.qweight = Tensor::empty(w.qweight.shape(), DType::kI32);
+  std::copy_n(w.qweight.data<int32_t>(), w.qweight.numel(), planted.qweight.data<int32_t>());
+  planted.qweight.data<int32_t>()[5 * 32 + 3] ^= 0x00F00000;  // row 5, input 29: q changes by 8 or more
+  for (int64_t m : {1, 16, 17}) {
+    auto [got, want] = run(w, planted, m, false, 11);
+    auto c = testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
+    const Bounds b = bounds_for(dtype_);
+    EXPECT_FALSE(c.within(b.max_abs, b.rel_norm)) << "m " << m << ": a wrong weight went unnoticed: " << c.describe();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, AwqCudaVsCpu, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// A quantized golden model on the GPU (f32 activations) against the CPU,
+// prefill through the dequantize + cuBLASLt path when the prompt is long
+// enough and decode through the GEMV.
+TEST(AwqCudaModel, AutoAwqExportOfAGoldenModelMatchesTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const auto golden = testing::fixtures_dir() / "golden" / "internlm2_gqa2";
+  const auto dir = std::filesystem::temp_directory_path() / "tessera-awq-cuda-model";
+  model::write_awq_model(golden, dir, 32);
+  nlohmann::json expected = nlohmann::json::parse(std::ifstream(golden / "expected.json"));
+  auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
+  while (prompt.size() < 20) prompt.push_back(prompt[prompt.size() % 7]);  // > 16 rows: the cuBLASLt path too
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend(0, DType::kF32);
+  auto cpu_model = model::load_transformer(dir, *cpu);
+  auto gpu_model = model::load_transformer(dir, *gpu);
+  // Teacher-forced logits of every prompt position.
+  auto prefill_logits = [&](model::Transformer& m) {
+    backend::PagedKvCache cache = m.allocate_cache(2, 16);
+    model::ForwardBatch batch;
+    batch.token_ids = prompt;
+    batch.attention.query_start = {0, static_cast<int32_t>(prompt.size())};
+    batch.attention.block_tables = {0, 1};
+    batch.attention.max_blocks_per_seq = 2;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      batch.attention.positions.push_back(static_cast<int32_t>(i));
+      batch.logit_rows.push_back(static_cast<int32_t>(i));
+    }
+    return m.forward(batch, cache);
+  };
+  Tensor want_logits = prefill_logits(*cpu_model), got_logits = prefill_logits(*gpu_model);
+  auto c = testing::compare(got_logits.data<float>(), want_logits.data<float>(),
+                            static_cast<size_t>(want_logits.numel()));
+  EXPECT_TRUE(c.within(5e-3, 5e-4)) << "prefill logits: " << c.describe();
+  engine::GenerateOptions options;
+  options.max_new_tokens = 16;
+  EXPECT_EQ(engine::generate(*gpu_model, prompt, options).tokens, engine::generate(*cpu_model, prompt, options).tokens);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera::backend
