@@ -123,7 +123,9 @@ TEST_P(AwqCudaVsCpu, AFlippedNibbleIsCaught) {
   QuantizedWeight planted = w;
   planted.qweight = Tensor::empty(w.qweight.shape(), DType::kI32);
   std::copy_n(w.qweight.data<int32_t>(), w.qweight.numel(), planted.qweight.data<int32_t>());
-  planted.qweight.data<int32_t>()[5 * 32 + 3] ^= 0x00F00000;  // row 5, input 29: q changes by 8 or more
+  // Row 5: the top bit of every nibble flipped, so each of its weights moves by
+  // 8 steps (a whole output column wrong by about 1, far beyond every bound).
+  for (int64_t word = 0; word < 32; ++word) planted.qweight.data<int32_t>()[5 * 32 + word] ^= static_cast<int32_t>(0x88888888u);
   for (int64_t m : {1, 16, 17}) {
     auto [got, want] = run(w, planted, m, false, 11);
     auto c = testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
