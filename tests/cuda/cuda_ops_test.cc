@@ -80,8 +80,9 @@ TEST_P(CudaVsCpu, EmbeddingAndGather) {
 }
 
 TEST_P(CudaVsCpu, RmsNormAndResidual) {
+  // Widths of the vector kernel (1 to 4 vectors a thread) and of the scalar one (1001: not whole vectors).
   for (int64_t n : {1, 7, 33})
-    for (int64_t hidden : {64, 1000, 4096}) {
+    for (int64_t hidden : {64, 1000, 1001, 4096, 6144, 16384}) {
       Tensor x = random({n, hidden}, 3), w = random({hidden}, 4, 0.2f, 1.0f), r = random({n, hidden}, 5);
       Tensor cpu_out = Tensor::empty({n, hidden}, DType::kF32), gpu_out = gpu_empty({n, hidden});
       cpu_->rms_norm(x, w, 1e-5f, cpu_out);

@@ -255,7 +255,7 @@ void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_t
 
 DecodeSplits plan_decode_splits(int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t max_context,
                                 int64_t multiprocessors) {
-  constexpr int64_t kMinTokensPerSplit = 64, kMaxSplits = 128;
+  constexpr int64_t kMinTokensPerSplit = 32, kMaxSplits = 128;
   const int64_t group = heads / kv_heads;
   const int64_t blocks = num_seqs * kv_heads * ((group + kMaxGroup - 1) / kMaxGroup);
   const int64_t wanted = (2 * multiprocessors + blocks - 1) / blocks;  // two blocks per SM

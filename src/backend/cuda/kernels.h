@@ -55,7 +55,7 @@ struct DecodeSplits {
   int64_t num_splits = 1;
 };
 
-// Enough splits for about two thread blocks per multiprocessor (at least 64
+// Enough splits for about two thread blocks per multiprocessor (at least 32
 // positions each), covering `max_context` positions.
 DecodeSplits plan_decode_splits(int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t max_context,
                                 int64_t multiprocessors);

@@ -1,7 +1,16 @@
 // RMSNorm, alone and fused with the residual add that precedes it in every
 // decoder block: one thread block per row, the sum of squares reduced in f32
-// through warp shuffles, then a second pass scales. Rows are at most a few
-// thousand values, so both passes hit L1/L2.
+// through warp shuffles, then the row is scaled.
+//
+// A decode step has one row per sequence, so the kernel is bound by the
+// latency of its loads, not their bytes: the vector kernel gives each thread
+// kPer 16-byte vectors of the row (a 4096-wide bf16 row: 512 threads, one
+// load each), keeps them in registers between the two passes, and so waits
+// for memory once instead of once per element. Rows that are not whole
+// 16-byte vectors, or wider than 4 vectors × 1024 threads, take the scalar
+// kernel.
+#include <cstdint>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/kernels.h"
@@ -10,18 +19,20 @@ namespace tessera::backend::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kScalarThreads = 256;
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxPer = 4;
 
-// Sum over the block; every thread gets the result.
+// Sum over the block (any multiple of 32 threads up to 1024); every thread gets the result.
 __device__ float block_sum(float v) {
-  __shared__ float partial[kThreads / 32];
+  __shared__ float partial[kMaxThreads / 32];
   __shared__ float total;
   v = warp_sum(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    float s = lane < kThreads / 32 ? partial[lane] : 0.0f;
+    float s = lane < warps ? partial[lane] : 0.0f;
     s = warp_sum(s);
     if (lane == 0) total = s;
   }
@@ -50,22 +61,96 @@ __global__ void rms_norm_kernel(T* residual, const T* x, const T* weight, int64_
   }
 }
 
+// 16 bytes of T.
+template <typename T>
+struct alignas(16) Vec {
+  static constexpr int kSize = 16 / sizeof(T);
+  T v[kSize];
+};
+
+// Thread i holds vectors i, i + blockDim, ... (kPer of them, the last ones
+// possibly past the row) of its row in registers.
+template <typename T, bool kAddResidual, int kPer>
+__global__ void rms_norm_vec_kernel(T* residual, const T* x, const T* weight, int64_t hidden, float eps, T* out) {
+  using V = Vec<T>;
+  const int64_t row = blockIdx.x;
+  const int64_t vectors = hidden / V::kSize;
+  V* r = reinterpret_cast<V*>(residual + row * hidden);
+  const V* xr = reinterpret_cast<const V*>(x + row * hidden);
+  V held[kPer];
+  float sum_squares = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kPer; ++p) {
+    const int64_t j = threadIdx.x + int64_t(p) * blockDim.x;
+    if (j >= vectors) continue;
+    held[p] = r[j];
+    if (kAddResidual) {
+      const V add = xr[j];
+#pragma unroll
+      for (int e = 0; e < V::kSize; ++e) held[p].v[e] = from_float<T>(to_float(held[p].v[e]) + to_float(add.v[e]));
+      r[j] = held[p];
+    }
+#pragma unroll
+    for (int e = 0; e < V::kSize; ++e) {
+      const float v = to_float(held[p].v[e]);
+      sum_squares += v * v;
+    }
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_squares) / hidden + eps);
+  const V* w = reinterpret_cast<const V*>(weight);
+  V* o = reinterpret_cast<V*>(out + row * hidden);
+#pragma unroll
+  for (int p = 0; p < kPer; ++p) {
+    const int64_t j = threadIdx.x + int64_t(p) * blockDim.x;
+    if (j >= vectors) continue;
+    const V wv = w[j];
+    V result;
+#pragma unroll
+    for (int e = 0; e < V::kSize; ++e) result.v[e] = from_float<T>(to_float(held[p].v[e]) * inv_rms * to_float(wv.v[e]));
+    o[j] = result;
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T, bool kAddResidual>
+void launch(T* residual, const T* x, const T* weight, int64_t n, int64_t hidden, float eps, T* out,
+            cudaStream_t stream) {
+  constexpr int64_t kVec = 16 / sizeof(T);
+  const int64_t vectors = hidden / kVec;
+  const bool vector_path = hidden % kVec == 0 && vectors <= int64_t{kMaxPer} * kMaxThreads && aligned16(residual) &&
+                           aligned16(weight) && aligned16(out) && (!kAddResidual || aligned16(x));
+  if (!vector_path) {
+    rms_norm_kernel<T, kAddResidual><<<static_cast<unsigned>(n), kScalarThreads, 0, stream>>>(residual, x, weight,
+                                                                                             hidden, eps, out);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int64_t per = (vectors + kMaxThreads - 1) / kMaxThreads;                 // 1 .. kMaxPer
+  const int64_t threads = ((vectors + per - 1) / per + 31) / 32 * 32;            // a whole number of warps
+  const dim3 grid(static_cast<unsigned>(n)), block(static_cast<unsigned>(threads));
+  switch (per) {
+    case 1: rms_norm_vec_kernel<T, kAddResidual, 1><<<grid, block, 0, stream>>>(residual, x, weight, hidden, eps, out); break;
+    case 2: rms_norm_vec_kernel<T, kAddResidual, 2><<<grid, block, 0, stream>>>(residual, x, weight, hidden, eps, out); break;
+    case 3: rms_norm_vec_kernel<T, kAddResidual, 3><<<grid, block, 0, stream>>>(residual, x, weight, hidden, eps, out); break;
+    default: rms_norm_vec_kernel<T, kAddResidual, 4><<<grid, block, 0, stream>>>(residual, x, weight, hidden, eps, out); break;
+  }
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 template <typename T>
 void launch_rms_norm(const T* x, const T* weight, int64_t n, int64_t hidden, float eps, T* out, cudaStream_t stream) {
   if (n == 0) return;
-  rms_norm_kernel<T, false><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(const_cast<T*>(x), nullptr, weight,
-                                                                                hidden, eps, out);
-  TESSERA_CUDA_CHECK_LAUNCH();
+  launch<T, false>(const_cast<T*>(x), nullptr, weight, n, hidden, eps, out, stream);
 }
 
 template <typename T>
 void launch_add_rms_norm(T* residual, const T* x, const T* weight, int64_t n, int64_t hidden, float eps, T* out,
                          cudaStream_t stream) {
   if (n == 0) return;
-  rms_norm_kernel<T, true><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(residual, x, weight, hidden, eps, out);
-  TESSERA_CUDA_CHECK_LAUNCH();
+  launch<T, true>(residual, x, weight, n, hidden, eps, out, stream);
 }
 
 #define INSTANTIATE(T)                                                                                   \

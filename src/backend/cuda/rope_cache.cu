@@ -1,6 +1,8 @@
-// RoPE fused with the write into the paged KV cache: one thread block per new
-// token, one thread per (head, rotation pair). Rotating k and storing it in the
-// cache in the same pass saves a round trip of k through memory.
+// RoPE fused with the write into the paged KV cache: one thread per (head,
+// rotation pair) and per value element of a new token, the token's work cut
+// into blocks of kThreads along grid.y, so a decode step of one token still
+// spreads over many SMs and every thread waits for memory once. Rotating k and
+// storing it in the cache in the same pass saves a round trip of k through memory.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/kernels.h"
@@ -24,8 +26,10 @@ __global__ void rope_cache_kernel(T* qkv, const int32_t* positions, const int32_
   const int64_t block = block_tables[int64_t(seq) * max_blocks_per_seq + position / block_size];
   const int64_t slot_row = position % block_size;
 
+  const int64_t pairs = (heads + kv_heads) * half;
+  const int64_t index = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   // Rotate q and k heads: pairs (i, i + half) of each head.
-  for (int64_t index = threadIdx.x; index < (heads + kv_heads) * half; index += blockDim.x) {
+  if (index < pairs) {
     const int64_t head = index / half, i = index % half;
     // f32 angle, as the CPU twin and transformers compute it.
     const float angle = static_cast<float>(position) * freq[i];
@@ -44,10 +48,8 @@ __global__ void rope_cache_kernel(T* qkv, const int32_t* positions, const int32_
       k[i] = r1;
       k[i + half] = r2;
     }
-  }
-  // Values go to the cache unrotated.
-  for (int64_t index = threadIdx.x; index < kv_heads * head_dim; index += blockDim.x) {
-    const int64_t kv = index / head_dim, d = index % head_dim;
+  } else if (index < pairs + kv_heads * head_dim) {  // values go to the cache unrotated
+    const int64_t kv = (index - pairs) / head_dim, d = (index - pairs) % head_dim;
     v_cache[((block * kv_heads + kv) * block_size + slot_row) * head_dim + d] =
         row[(heads + kv_heads + kv) * head_dim + d];
   }
@@ -61,7 +63,10 @@ void launch_rope_cache_write(T* qkv, const int32_t* positions, const int32_t* to
                              int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block_size, T* k_cache,
                              T* v_cache, cudaStream_t stream) {
   if (n == 0) return;
-  rope_cache_kernel<T><<<static_cast<unsigned>(n), 256, 0, stream>>>(qkv, positions, token_seq, inv_freq, scaling,
+  constexpr int64_t kThreads = 128;
+  const int64_t work = (heads + kv_heads) * (head_dim / 2) + kv_heads * head_dim;  // per token
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((work + kThreads - 1) / kThreads));
+  rope_cache_kernel<T><<<grid, kThreads, 0, stream>>>(qkv, positions, token_seq, inv_freq, scaling,
                                                                       block_tables, max_blocks_per_seq, heads,
                                                                       kv_heads, head_dim, block_size, k_cache,
                                                                       v_cache);
