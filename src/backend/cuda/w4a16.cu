@@ -180,18 +180,28 @@ void launch_rows(const T* x, const uint32_t* qweight, const __half* scales, cons
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
+// One thread per packed word: its 8 weights leave in one 16-byte store (two
+// for f32), so the warp writes whole contiguous lines.
 template <typename T>
 __global__ void w4_dequantize_kernel(const uint32_t* qweight, const __half* scales, const uint8_t* zeros, int64_t n,
                                      int64_t k, int64_t group_size, T* w) {
+  struct alignas(32) Eight {
+    T v[8];
+  };
   const int64_t words = n * (k / 8);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < words; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / (k / 8), first = (i % (k / 8)) * 8;
     const int64_t group = row * (k / group_size) + first / group_size;
     const float scale = __half2float(scales[group]), zero = static_cast<float>(zeros[group]);
     const uint32_t word = qweight[i];
+    Eight out;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      w[row * k + first + j] = from_float<T>((static_cast<float>((word >> (4 * j)) & 0xF) - zero) * scale);
+    for (int j = 0; j < 8; ++j) out.v[j] = from_float<T>((static_cast<float>((word >> (4 * j)) & 0xF) - zero) * scale);
+    if constexpr (sizeof(T) == 2) {
+      *reinterpret_cast<uint4*>(w + row * k + first) = *reinterpret_cast<const uint4*>(out.v);
+    } else {
+      reinterpret_cast<float4*>(w + row * k + first)[0] = *reinterpret_cast<const float4*>(out.v);
+      reinterpret_cast<float4*>(w + row * k + first)[1] = *reinterpret_cast<const float4*>(out.v + 4);
     }
   }
 }
