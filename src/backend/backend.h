@@ -26,6 +26,15 @@ struct ModelRequirements {
   int64_t num_kv_heads = 0;
 };
 
+// A recorded sequence of a backend's ops (a CUDA graph) that runs again on
+// the same device buffers, reading whatever they hold at replay.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  // Queues the recorded ops on the backend's stream (not waited for).
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -107,6 +116,23 @@ class Backend {
   }
   // Selected rows of x, gathered:           x [n, hidden], rows [m] -> out [m, hidden]
   virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
+
+  // Device graphs of whole forwards (decode steps), where the backend has them:
+  //   1. run a forward as usual: its results, and every upload buffer sized;
+  //   2. begin_capture(), the same forward again, end_capture(): its kernels
+  //      are recorded, not run, and read the inputs step 1 uploaded;
+  //   3. a later step of the same shapes: set_staging(true), the forward (its
+  //      host inputs are uploaded to the same buffers, no kernel runs),
+  //      set_staging(false), replay().
+  // Buffers the recorded kernels read only ever move by growing; each move
+  // changes graph_generation(), and graphs recorded before it are stale.
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture();
+  // Throws Error(kDeviceFailure or kOutOfMemory) when the graph cannot be
+  // made; the backend is then back to running ops as usual.
+  virtual std::unique_ptr<DeviceGraph> end_capture();
+  virtual void set_staging(bool staging) { (void)staging; }
+  virtual uint64_t graph_generation() const { return 0; }
 
   // 4-bit weights (quantized_weight.h). A backend that keeps them packed says
   // so here; the model dequantizes for any other (the CPU computes in f32).

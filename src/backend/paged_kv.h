@@ -24,6 +24,9 @@ struct PagedKvCache {
   int64_t block_size = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
+  // One more block past num_blocks that no sequence owns, or -1: the padding
+  // rows of a recorded decode graph (model/decode_graphs.h) write there.
+  int64_t spare_block = -1;
   std::vector<PagedKvLayer> layers;
 
   // Bytes one block takes over all layers (keys and values).

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -14,13 +16,34 @@
 
 namespace tessera::model {
 
+namespace {
+bool graphs_allowed_by_environment() {
+  const char* setting = std::getenv("TESSERA_CUDA_GRAPHS");
+  return setting == nullptr || std::string(setting) != "0";
+}
+}  // namespace
+
 Transformer::Transformer(ModelSpec spec, ModelWeights weights, backend::Backend& backend)
-    : spec_(std::move(spec)), shard_(make_tp_shard(spec_, 0, 1)), weights_(std::move(weights)), backend_(backend) {}
+    : spec_(std::move(spec)), shard_(make_tp_shard(spec_, 0, 1)), weights_(std::move(weights)), backend_(backend) {
+  make_graphs();
+}
 
 Transformer::Transformer(ModelSpec spec, TpShard shard, ModelWeights weights, backend::Backend& backend,
                          comm::Communicator* comm)
     : spec_(std::move(spec)), shard_(shard), weights_(std::move(weights)), backend_(backend) {
   set_communicator(comm);
+  make_graphs();
+}
+
+void Transformer::make_graphs() {
+  // Collectives wait on the host between kernels, so only a model on one device replays graphs.
+  if (backend_.supports_graphs() && shard_.world_size == 1 && graphs_allowed_by_environment()) {
+    graphs_ = std::make_unique<DecodeGraphs>(backend_, shard_.vocab_rows);
+  }
+}
+
+void Transformer::set_graphs_enabled(bool enabled) {
+  if (graphs_) graphs_->set_enabled(enabled);
 }
 
 void Transformer::set_communicator(comm::Communicator* comm) {
@@ -65,7 +88,9 @@ backend::PagedKvCache Transformer::allocate_cache(int64_t num_blocks, int64_t bl
   cache.block_size = block_size;
   cache.num_kv_heads = shard_.num_kv_heads;
   cache.head_dim = spec_.head_dim;
-  const Shape shape = {num_blocks, shard_.num_kv_heads, block_size, spec_.head_dim};
+  // A backend with device graphs gets one spare block past the others for their padding rows.
+  if (graphs_) cache.spare_block = num_blocks;
+  const Shape shape = {num_blocks + (graphs_ ? 1 : 0), shard_.num_kv_heads, block_size, spec_.head_dim};
   for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
     cache.layers.push_back({Tensor::empty(shape, backend_.compute_dtype(), backend_.allocator()),
                             Tensor::empty(shape, backend_.compute_dtype(), backend_.allocator())});
@@ -91,6 +116,17 @@ std::vector<int32_t> Transformer::forward_greedy(const ForwardBatch& batch, back
 }
 
 Tensor Transformer::forward_local(const ForwardBatch& batch, backend::PagedKvCache& cache) {
+  if (graphs_ && !trace_ && graphs_->applies(batch, cache)) {
+    return graphs_->run(batch, cache,
+                        [&](const ForwardBatch& padded, Tensor& logits) { run_layers(padded, cache, logits); });
+  }
+  Tensor logits = Tensor::empty({static_cast<int64_t>(batch.logit_rows.size()), shard_.vocab_rows}, DType::kF32,
+                                backend_.allocator());
+  run_layers(batch, cache, logits);
+  return logits;
+}
+
+void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& cache, Tensor& logits) {
   const backend::AttentionBatch& attention = batch.attention;
   const int64_t n = static_cast<int64_t>(batch.token_ids.size());
   TESSERA_CHECK(n == attention.num_tokens());
@@ -155,12 +191,11 @@ Tensor Transformer::forward_local(const ForwardBatch& batch, backend::PagedKvCac
   trace("final_norm", -1, normed);
 
   const int64_t m = static_cast<int64_t>(batch.logit_rows.size());
+  TESSERA_CHECK(logits.dtype() == DType::kF32 && logits.dim(0) == m && logits.dim(1) == shard_.vocab_rows);
   Tensor selected = Tensor::empty({m, hidden}, dtype, allocator);
   backend_.gather_rows(normed, batch.logit_rows, selected);
   // Logits in f32 on every backend; this rank's vocabulary rows.
-  Tensor logits = Tensor::empty({m, shard_.vocab_rows}, DType::kF32, allocator);
   backend_.linear(selected, weights_.lm_head, Tensor(), logits);
-  return logits;
 }
 
 namespace {

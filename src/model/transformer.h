@@ -22,17 +22,13 @@
 #include "backend/backend.h"
 #include "backend/paged_kv.h"
 #include "comm/communicator.h"
+#include "model/decode_graphs.h"
+#include "model/forward_batch.h"
 #include "model/model_spec.h"
 #include "model/shard.h"
 #include "model/weights.h"
 
 namespace tessera::model {
-
-struct ForwardBatch {
-  std::vector<int32_t> token_ids;        // [num_tokens] new tokens, sequence after sequence
-  backend::AttentionBatch attention;     // positions, query_start, block tables of the same tokens
-  std::vector<int32_t> logit_rows;       // token indices whose logits are wanted (usually each sequence's last)
-};
 
 // Called with every named intermediate when set (tests compare layer by layer).
 using TraceFn = std::function<void(const std::string& name, int64_t layer, const Tensor& value)>;
@@ -65,6 +61,13 @@ class Transformer {
 
   void set_trace(TraceFn trace) { trace_ = std::move(trace); }
 
+  // Decode steps by recorded device graphs (decode_graphs.h) where the backend
+  // has them and the model runs on one device: on by default, off with
+  // TESSERA_CUDA_GRAPHS=0 or here (--eager-mode).
+  void set_graphs_enabled(bool enabled);
+  bool graphs_enabled() const { return graphs_ && graphs_->enabled(); }
+  int64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+
  private:
   void trace(const char* name, int64_t layer, const Tensor& value) const {
     if (trace_) trace_(name, layer, value);
@@ -72,6 +75,9 @@ class Transformer {
 
   // The forward up to this rank's logits [logit_rows.size(), shard.vocab_rows] f32 on the device.
   Tensor forward_local(const ForwardBatch& batch, backend::PagedKvCache& cache);
+  // The layers of one forward, writing logits [logit_rows.size(), shard.vocab_rows] f32 into `logits`.
+  void run_layers(const ForwardBatch& batch, backend::PagedKvCache& cache, Tensor& logits);
+  void make_graphs();
   // A linear layer: its 4-bit weight when the backend keeps one, else the 16-bit one.
   void project(const Tensor& x, const Tensor& weight, const backend::QuantizedWeight& packed, const Tensor& bias,
                Tensor& out);
@@ -86,6 +92,7 @@ class Transformer {
   backend::Backend& backend_;
   comm::Communicator* comm_ = nullptr;
   TraceFn trace_;
+  std::unique_ptr<DecodeGraphs> graphs_;  // null without device graphs
 };
 
 // Reads config.json, picks the architecture, loads and checks the weights.

@@ -2,6 +2,11 @@
 // kernels.h and cuBLASLt. Step metadata (positions, block tables, the token ->
 // sequence map) is uploaded once per forward in prepare(); RoPE frequencies
 // only when they change. Nothing here synchronises but to_host_f32.
+//
+// Device graphs (backend.h): while the stream records, uploads are skipped
+// (the kernels read what the forward before it uploaded: same shapes, same
+// buffers); while staging, uploads happen and kernels are not launched. Every
+// upload buffer only grows, and a growth bumps graph_generation_.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <fmt/format.h>
@@ -9,10 +14,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/w4a16.h"
@@ -43,24 +52,61 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.raw_data());
 }
 
-// A device copy of a small host int/float vector, reallocated only when it grows.
+// A device copy of a small host int/float vector, reallocated only when it
+// grows (then `generation` is bumped: recorded graphs read the old buffer).
 template <typename V>
 class DeviceVector {
  public:
-  const V* upload(const std::vector<V>& host, Allocator& allocator, cudaStream_t stream) {
+  const V* upload(const std::vector<V>& host, Allocator& allocator, cudaStream_t stream, uint64_t& generation) {
     if (host.empty()) return nullptr;
     if (!buffer_.defined() || buffer_.numel() < static_cast<int64_t>(host.size())) {
       buffer_ = Tensor::empty({static_cast<int64_t>(host.size() * 2)}, sizeof(V) == 4 ? DType::kI32 : DType::kI64,
                               allocator);
+      ++generation;
     }
     // Pageable source: the copy is staged before the call returns, so `host` may change afterwards.
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(buffer_.raw_data(), host.data(), host.size() * sizeof(V),
                                        cudaMemcpyHostToDevice, stream));
     return static_cast<const V*>(buffer_.raw_data());
   }
+  // Where the last upload of `count` values went (recording a graph: no copy).
+  const V* current(size_t count) const {
+    if (count == 0) return nullptr;
+    if (!buffer_.defined() || buffer_.numel() < static_cast<int64_t>(count)) {
+      throw Error(ErrorKind::kInternal, "cuda backend: a graph records inputs no forward uploaded before");
+    }
+    return static_cast<const V*>(buffer_.raw_data());
+  }
 
  private:
   Tensor buffer_;
+};
+
+// Page-locked host memory for copies to the host: a device-to-host copy into
+// pageable memory runs at a few GB/s (the logits of one decode step, 370 KB,
+// took 145 us), into pinned memory at the bus's speed.
+class PinnedStaging {
+ public:
+  PinnedStaging() = default;
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+  ~PinnedStaging() {
+    if (data_ != nullptr) cudaFreeHost(data_);  // never throws
+  }
+  void* reserve(size_t bytes) {
+    if (bytes > bytes_) {
+      if (data_ != nullptr) TESSERA_CUDA_CHECK(cudaFreeHost(data_));
+      data_ = nullptr;
+      bytes_ = 0;
+      TESSERA_CUDA_CHECK(cudaMallocHost(&data_, bytes));
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -76,6 +122,7 @@ class CudaBackend final : public Backend {
     if (const char* kernel = std::getenv("TESSERA_DECODE_ATTENTION")) {
       use_split_decode_ = std::string(kernel) != "per_query";
     }
+    if (const char* w4 = std::getenv("TESSERA_W4_GEMV")) w4_gemv_mode_ = std::string(w4) == "1" ? 1 : 0;
   }
 
   ~CudaBackend() override {
@@ -142,8 +189,10 @@ class CudaBackend final : public Backend {
       });
     }
     Tensor host = Tensor::empty(t.shape(), DType::kF32);
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(host.raw_data(), f32.raw_data(), host.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    void* staging = pinned_.reserve(host.nbytes());
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(staging, f32.raw_data(), host.nbytes(), cudaMemcpyDeviceToHost, stream_));
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(host.raw_data(), staging, host.nbytes());
     return host;
   }
 
@@ -209,12 +258,12 @@ class CudaBackend final : public Backend {
         tile_count_host_.push_back(std::min(kQueriesPerTile, end - first));
       }
     }
-    tile_seq_ = tile_seq_buffer_.upload(tile_seq_host_, *allocator_, stream_);
-    tile_first_ = tile_first_buffer_.upload(tile_first_host_, *allocator_, stream_);
-    tile_count_ = tile_count_buffer_.upload(tile_count_host_, *allocator_, stream_);
-    positions_ = positions_buffer_.upload(batch.positions, *allocator_, stream_);
-    token_seq_ = token_seq_buffer_.upload(token_seq_host_, *allocator_, stream_);
-    block_tables_ = block_tables_buffer_.upload(batch.block_tables, *allocator_, stream_);
+    tile_seq_ = upload(tile_seq_buffer_, tile_seq_host_);
+    tile_first_ = upload(tile_first_buffer_, tile_first_host_);
+    tile_count_ = upload(tile_count_buffer_, tile_count_host_);
+    positions_ = upload(positions_buffer_, batch.positions);
+    token_seq_ = upload(token_seq_buffer_, token_seq_host_);
+    block_tables_ = upload(block_tables_buffer_, batch.block_tables);
     prepared_tokens_ = batch.num_tokens();
   }
 
@@ -225,7 +274,8 @@ class CudaBackend final : public Backend {
         throw Error(ErrorKind::kInvalidArgument, fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab));
       }
     }
-    const int32_t* device_ids = ids_buffer_.upload(ids, *allocator_, stream_);
+    const int32_t* device_ids = upload(ids_buffer_, ids);
+    if (staging_) return;
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_embedding<T>(ptr<T>(table), table.dim(1), device_ids, static_cast<int64_t>(ids.size()), ptr<T>(out),
@@ -234,6 +284,7 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    if (staging_) return;
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_rms_norm<T>(ptr<T>(x), ptr<T>(weight), x.dim(0), x.dim(-1), eps, ptr<T>(out), stream_);
@@ -241,6 +292,7 @@ class CudaBackend final : public Backend {
   }
 
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    if (staging_) return;
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_add_rms_norm<T>(ptr<T>(residual), ptr<T>(x), ptr<T>(weight), residual.dim(0), residual.dim(-1), eps,
@@ -253,6 +305,7 @@ class CudaBackend final : public Backend {
       throw Error(ErrorKind::kInternal, fmt::format("cuda linear: {} · {}ᵀ does not fit {}", x.describe(),
                                                     weight.describe(), out.describe()));
     }
+    if (staging_) return;
     gemm_->linear(x.raw_data(), weight.raw_data(), out.raw_data(), x.dim(0), weight.dim(0), x.dim(1), x.dtype(),
                   out.dtype());
     if (bias.defined()) {
@@ -267,10 +320,11 @@ class CudaBackend final : public Backend {
   void rope_and_cache_write(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq, float attention_scaling,
                             const AttentionBatch& batch, PagedKvLayer& cache, int64_t block_size) override {
     expect_prepared(batch);
-    if (inv_freq != inv_freq_host_) {
+    if (inv_freq != inv_freq_host_ && !capturing_) {
       inv_freq_host_ = inv_freq;
-      inv_freq_ = inv_freq_buffer_.upload(inv_freq, *allocator_, stream_);
+      inv_freq_ = upload(inv_freq_buffer_, inv_freq);
     }
+    if (staging_) return;
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_rope_cache_write<T>(ptr<T>(qkv), positions_, token_seq_, inv_freq_, attention_scaling,
@@ -283,10 +337,11 @@ class CudaBackend final : public Backend {
   void paged_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                        int64_t block_size, Tensor& out) override {
     expect_prepared(batch);
-    // A step of decode tokens only (one per sequence) takes the per-query kernel;
+    // A step of decode tokens only (one per sequence) takes the split-K kernel;
     // anything with a prefill chunk takes the tiled one.
     constexpr int32_t kTiledFrom = 2;
     if (max_new_tokens_ >= kTiledFrom) {
+      if (staging_) return;
       dispatch(compute_dtype_, [&](auto tag) {
         using T = decltype(tag);
         cuda::launch_prefill_attention<T>(ptr<T>(qkv), positions_, tile_seq_, tile_first_, tile_count_,
@@ -301,6 +356,7 @@ class CudaBackend final : public Backend {
       decode_attention(qkv, num_heads, batch, cache, block_size, out);
       return;
     }
+    if (staging_) return;
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_paged_attention<T>(ptr<T>(qkv), positions_, token_seq_, block_tables_, batch.max_blocks_per_seq,
@@ -311,6 +367,7 @@ class CudaBackend final : public Backend {
   }
 
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    if (staging_) return;
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_silu_mul<T>(ptr<T>(gate_up), gate_up.dim(0), gate_up.dim(1) / 2, ptr<T>(out), stream_);
@@ -318,6 +375,7 @@ class CudaBackend final : public Backend {
   }
 
   void add(Tensor& x, const Tensor& y) override {
+    if (staging_) return;
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_add<T>(ptr<T>(x), ptr<T>(y), x.numel(), stream_);
@@ -339,7 +397,8 @@ class CudaBackend final : public Backend {
 
   void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
     for (int32_t r : rows) TESSERA_CHECK(r >= 0 && r < x.dim(0));
-    const int32_t* device_rows = rows_buffer_.upload(rows, *allocator_, stream_);
+    const int32_t* device_rows = upload(rows_buffer_, rows);
+    if (staging_) return;
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_gather_rows<T>(ptr<T>(x), device_rows, static_cast<int64_t>(rows.size()), x.dim(1), ptr<T>(out),
@@ -365,8 +424,11 @@ class CudaBackend final : public Backend {
     return device;
   }
 
-  // Up to kW4GemvMaxRows rows: the W4A16 GEMV; more: dequantize into a
-  // scratch weight in the activation dtype and use cuBLASLt.
+  // One row: the W4A16 GEMV; 2 to kW4GemvMaxRows rows: whichever of the GEMV
+  // and dequantize + cuBLASLt was faster on the shape's first call (timed on
+  // the real operands; the GEMV re-reads the activations once per weight row,
+  // which costs more as rows grow); more: dequantize into a scratch weight in
+  // the activation dtype and use cuBLASLt.
   void linear_quantized(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out) override {
     const int64_t m = x.dim(0), n = w.out_features, k = w.in_features;
     if (x.dim(1) != k || out.dim(0) != m || out.dim(1) != n || out.dtype() != x.dtype() ||
@@ -374,38 +436,101 @@ class CudaBackend final : public Backend {
       throw Error(ErrorKind::kInternal, fmt::format("cuda linear_quantized: {} · [{}, {}]ᵀ (4-bit) does not fit {}",
                                                     x.describe(), n, k, out.describe()));
     }
+    if (staging_) return;
     const auto* qweight = static_cast<const uint32_t*>(w.qweight.raw_data());
     const auto* scales = static_cast<const __half*>(w.scales.raw_data());
     const auto* zeros = static_cast<const uint8_t*>(w.zeros.raw_data());
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      if (m <= cuda::kW4GemvMaxRows) {
+      auto gemv = [&] {
         cuda::launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias.defined() ? ptr<T>(bias) : nullptr, m, n, k,
                                    w.group_size, ptr<T>(out), stream_);
-        return;
+      };
+      auto dequantize_gemm = [&] {
+        Tensor dense = Tensor::empty({n, k}, x.dtype(), *allocator_);  // stream-ordered: reused by the pool
+        cuda::launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, ptr<T>(dense), stream_);
+        gemm_->linear(x.raw_data(), dense.raw_data(), out.raw_data(), m, n, k, x.dtype(), out.dtype());
+        if (bias.defined()) cuda::launch_add_bias<T>(ptr<T>(out), ptr<T>(bias), m, n, stream_);
+      };
+      if (m == 1 || (m <= cuda::kW4GemvMaxRows && w4_gemv_is_faster({m, n, k, x.dtype()}, gemv, dequantize_gemm))) {
+        gemv();
+      } else {
+        dequantize_gemm();
       }
-      Tensor dense = Tensor::empty({n, k}, x.dtype(), *allocator_);  // stream-ordered: reused by the pool
-      cuda::launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, ptr<T>(dense), stream_);
-      gemm_->linear(x.raw_data(), dense.raw_data(), out.raw_data(), m, n, k, x.dtype(), out.dtype());
-      if (bias.defined()) cuda::launch_add_bias<T>(ptr<T>(out), ptr<T>(bias), m, n, stream_);
     });
   }
 
+  bool supports_graphs() const override { return true; }
+
+  void begin_capture() override {
+    TESSERA_CHECK(!capturing_ && !staging_);
+    cuda::begin_stream_capture(stream_);
+    capturing_ = true;
+    graph_shapes_ = true;
+    capture_generation_ = graph_generation_;
+  }
+
+  std::unique_ptr<DeviceGraph> end_capture() override {
+    TESSERA_CHECK(capturing_);
+    capturing_ = false;
+    graph_shapes_ = false;
+    std::unique_ptr<cuda::CudaGraph> graph = cuda::end_stream_capture(stream_);
+    if (graph_generation_ != capture_generation_) {
+      throw Error(ErrorKind::kInternal, "cuda backend: an input buffer moved while a graph was recorded");
+    }
+    return graph;
+  }
+
+  // Staging runs the forward of a recorded shape: the same split plan as the recording.
+  void set_staging(bool staging) override {
+    TESSERA_CHECK(!capturing_);
+    staging_ = staging;
+    graph_shapes_ = staging;
+  }
+  uint64_t graph_generation() const override { return graph_generation_; }
+
  private:
+  using W4Key = std::tuple<int64_t, int64_t, int64_t, DType>;  // rows, out, in, activation dtype
+
+  // Times both 4-bit paths once per shape (never while recording a graph: a
+  // shape recorded there has run before) and remembers the faster.
+  bool w4_gemv_is_faster(const W4Key& key, const std::function<void()>& gemv,
+                         const std::function<void()>& dequantize_gemm) {
+    if (w4_gemv_mode_ >= 0) return w4_gemv_mode_ == 1;
+    auto it = w4_gemv_faster_.find(key);
+    if (it != w4_gemv_faster_.end()) return it->second;
+    if (capturing_) return true;
+    const double gemv_s = time_per_call(gemv, 3), dequantize_s = time_per_call(dequantize_gemm, 3);
+    log_debug("linear_quantized m={} n={} k={}: gemv {:.1f} us, dequantize + cublaslt {:.1f} us", std::get<0>(key),
+              std::get<1>(key), std::get<2>(key), gemv_s * 1e6, dequantize_s * 1e6);
+    return w4_gemv_faster_[key] = gemv_s <= dequantize_s;
+  }
+
+  // Host values to the device buffer the kernels read; while a graph records,
+  // the buffer already holds them (the same forward ran just before).
+  template <typename V>
+  const V* upload(DeviceVector<V>& buffer, const std::vector<V>& host) {
+    if (capturing_) return buffer.current(host.size());
+    return buffer.upload(host, *allocator_, stream_, graph_generation_);
+  }
+
   // A step of decode tokens only: split-K attention, GQA groups sharing K/V reads.
   void decode_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                         int64_t block_size, Tensor& out) {
     const int64_t seqs = batch.num_seqs(), kv_heads = cache.keys.dim(1), head_dim = cache.keys.dim(3);
-    const cuda::DecodeSplits splits =
-        cuda::plan_decode_splits(seqs, num_heads, kv_heads, decode_max_context_, multiprocessors_);
+    // A recorded graph serves every context its block tables can hold: plan for all of it.
+    const int64_t context = graph_shapes_ ? int64_t{batch.max_blocks_per_seq} * block_size : decode_max_context_;
+    const cuda::DecodeSplits splits = cuda::plan_decode_splits(seqs, num_heads, kv_heads, context, multiprocessors_);
     float* partial = nullptr;
     if (splits.num_splits > 1) {
       const int64_t floats = seqs * num_heads * splits.num_splits * (head_dim + 1);
       if (!decode_partial_.defined() || decode_partial_.numel() < floats) {
         decode_partial_ = Tensor::empty({floats}, DType::kF32, *allocator_);
+        ++graph_generation_;
       }
       partial = ptr<float>(decode_partial_);
     }
+    if (staging_) return;  // the partial buffer is sized: a recording that follows finds it in place
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_decode_attention<T>(ptr<T>(qkv), positions_, block_tables_, batch.max_blocks_per_seq, seqs,
@@ -445,7 +570,15 @@ class CudaBackend final : public Backend {
   int64_t multiprocessors_ = 1;
   bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
   Tensor argmax_ids_;                  // [rows] i32: greedy ids before their copy to the host
+  PinnedStaging pinned_;               // to_host_f32's landing place
+  int w4_gemv_mode_ = -1;              // TESSERA_W4_GEMV: 1 the GEMV up to 16 rows, 0 from 2 rows dequantize; -1 timed
+  std::map<W4Key, bool> w4_gemv_faster_;  // per 4-bit shape of 2-16 rows: the GEMV beat dequantize + cuBLASLt
   Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
+  bool capturing_ = false;             // the stream records a graph: no uploads
+  bool staging_ = false;               // uploads only, no kernels (before a replay)
+  bool graph_shapes_ = false;          // recording or staging: plan as graphs do
+  uint64_t graph_generation_ = 0;      // bumped whenever a buffer kernels read moves
+  uint64_t capture_generation_ = 0;
 };
 
 }  // namespace

@@ -1,0 +1,145 @@
+#include "model/decode_graphs.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tessera::model {
+
+int64_t decode_graph_batch_bucket(int64_t num_seqs) {
+  if (num_seqs <= 1) return 1;
+  if (num_seqs <= 8) {
+    int64_t bucket = 1;
+    while (bucket < num_seqs) bucket *= 2;
+    return bucket;
+  }
+  if (num_seqs <= 64) return (num_seqs + 7) / 8 * 8;
+  return (num_seqs + 31) / 32 * 32;
+}
+
+int64_t decode_graph_width_bucket(int64_t max_blocks_per_seq) {
+  int64_t width = 1;
+  while (width < max_blocks_per_seq) width *= 2;
+  return width;
+}
+
+namespace {
+
+// `batch` (a decode step) padded to `sequences` sequences and block tables `width` wide.
+ForwardBatch pad_decode_batch(const ForwardBatch& batch, int64_t sequences, int64_t width, int64_t spare_block) {
+  const backend::AttentionBatch& in = batch.attention;
+  const int64_t seqs = in.num_seqs();
+  ForwardBatch padded;
+  padded.token_ids = batch.token_ids;
+  padded.token_ids.resize(sequences, 0);
+  backend::AttentionBatch& out = padded.attention;
+  out.positions = in.positions;
+  out.positions.resize(sequences, 0);
+  out.query_start.resize(sequences + 1);
+  for (int64_t s = 0; s <= sequences; ++s) out.query_start[s] = static_cast<int32_t>(s);
+  out.max_blocks_per_seq = static_cast<int32_t>(width);
+  out.sliding_window = in.sliding_window;
+  out.block_tables.assign(sequences * width, static_cast<int32_t>(spare_block));
+  for (int64_t s = 0; s < seqs; ++s) {
+    std::copy_n(in.block_tables.begin() + s * in.max_blocks_per_seq, in.max_blocks_per_seq,
+                out.block_tables.begin() + s * width);
+  }
+  padded.logit_rows.resize(sequences);
+  for (int64_t s = 0; s < sequences; ++s) padded.logit_rows[s] = static_cast<int32_t>(s);
+  return padded;
+}
+
+}  // namespace
+
+DecodeGraphs::DecodeGraphs(backend::Backend& backend, int64_t vocab_rows)
+    : backend_(backend), vocab_rows_(vocab_rows), enabled_(backend.supports_graphs()) {}
+
+void DecodeGraphs::set_enabled(bool enabled) {
+  enabled_ = enabled && backend_.supports_graphs();
+  if (!enabled_) graphs_.clear();
+}
+
+bool DecodeGraphs::applies(const ForwardBatch& batch, const backend::PagedKvCache& cache) const {
+  const backend::AttentionBatch& a = batch.attention;
+  const int64_t seqs = a.num_seqs();
+  if (!enabled_ || cache.spare_block < 0 || seqs < 1 || seqs > kMaxSequences) return false;
+  if (a.num_tokens() != seqs || static_cast<int64_t>(batch.logit_rows.size()) != seqs) return false;
+  for (int64_t s = 0; s < seqs; ++s) {
+    if (a.query_start[s] != s || batch.logit_rows[s] != s) return false;
+  }
+  return a.query_start[seqs] == seqs;
+}
+
+Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache& cache, const Forward& forward) {
+  const int64_t seqs = batch.attention.num_seqs();
+  const Key key{decode_graph_batch_bucket(seqs), decode_graph_width_bucket(batch.attention.max_blocks_per_seq)};
+  if (backend_.graph_generation() != generation_) graphs_.clear();  // recorded over buffers that have moved
+  const ForwardBatch padded = pad_decode_batch(batch, key.first, key.second, cache.spare_block);
+
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) {
+    backend_.set_staging(true);
+    try {
+      forward(padded, it->second.logits);
+    } catch (...) {
+      backend_.set_staging(false);
+      throw;
+    }
+    backend_.set_staging(false);
+    if (backend_.graph_generation() == generation_) {
+      it->second.graph->replay();
+      ++replays_;
+      return it->second.logits.slice_rows(0, seqs);
+    }
+    graphs_.clear();  // staging moved a buffer (it should not): run this step as a new bucket
+  }
+
+  Entry entry;
+  entry.logits = Tensor::empty({key.first, vocab_rows_}, DType::kF32, backend_.allocator());
+  forward(padded, entry.logits);  // this step's result; makes the backend's one-time choices
+  Tensor result = entry.logits.slice_rows(0, seqs);
+  if (record(key, padded, entry, forward)) graphs_.emplace(key, std::move(entry));
+  return result;
+}
+
+bool DecodeGraphs::record(const Key& key, const ForwardBatch& padded, Entry& entry, const Forward& forward) {
+  try {
+    // Staging sizes every buffer the recording will read (the split plan of a graph, say).
+    backend_.set_staging(true);
+    try {
+      forward(padded, entry.logits);
+    } catch (...) {
+      backend_.set_staging(false);
+      throw;
+    }
+    backend_.set_staging(false);
+    if (backend_.graph_generation() != generation_) {
+      graphs_.clear();
+      generation_ = backend_.graph_generation();
+    }
+    backend_.begin_capture();
+    try {
+      forward(padded, entry.logits);
+    } catch (...) {
+      try {
+        backend_.end_capture();
+      } catch (const std::exception&) {
+        // The recording's own error is the one to report.
+      }
+      throw;
+    }
+    entry.graph = backend_.end_capture();
+    log_debug("decode graph recorded: {} sequences, block tables {} wide ({} graphs)", key.first, key.second,
+              graphs_.size() + 1);
+    return true;
+  } catch (const std::exception& e) {
+    log_warning("CUDA graphs are off from now on; decode steps launch their kernels one by one ({})", e.what());
+    enabled_ = false;
+    graphs_.clear();
+    return false;
+  }
+}
+
+}  // namespace tessera::model
