@@ -39,6 +39,7 @@ struct GenerateArgs {
   int tp = 1;
   bool disable_custom_all_reduce = false;
   std::string model_format;  // empty: from config.json
+  bool eager_mode = false;   // no CUDA graphs for decode steps
 };
 
 // The generation of `options` through an Engine over `tp` ranks (`plan`): the
@@ -109,6 +110,7 @@ int run_generate(const GenerateArgs& args) {
   } else {
     backend = device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
     model = model::load_transformer(args.model_dir, *backend);
+    if (args.eager_mode) model->set_graphs_enabled(false);
   }
   const model::ModelSpec& spec = host_model ? host_model->spec : model->spec();
 
@@ -164,6 +166,7 @@ void add_generate_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--dtype", args->dtype, "auto, float16, bfloat16 or float32 (auto: bf16 where the GPU has it)")
       ->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past the end-of-sequence token");
+  cmd->add_flag("--eager-mode", args->eager_mode, "launch decode kernels one by one instead of replaying CUDA graphs");
   cmd->add_option("--tp", args->tp, "tensor-parallel ranks (threads of this process: one GPU each, or CPU ranks)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -40,6 +40,7 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_flag("--enable-prefix-caching", a.enable_prefix_caching, "reuse the KV blocks of shared prompt prefixes");
+  cmd->add_flag("--eager-mode", a.eager_mode, "launch decode kernels one by one instead of replaying CUDA graphs");
   cmd->add_option("--max-prefill-token-num", a.max_prefill_token_num, "tokens per step (long prompts are chunked)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -153,6 +154,12 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
     s->backend = s->device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(s->device.index, s->dtype);
     s->model = model::load_transformer(a.model_path, *s->backend);
     s->spec = s->model->spec();
+    if (a.eager_mode) s->model->set_graphs_enabled(false);
+    if (!s->device.is_cpu()) {
+      log_info("decode steps: {}", s->model->graphs_enabled()
+                                       ? "CUDA graphs, one per batch-size bucket, recorded at first use (--eager-mode turns them off)"
+                                       : "kernels launched one by one (--eager-mode or TESSERA_CUDA_GRAPHS=0)");
+    }
   }
   const model::ModelSpec& spec = s->spec;
 

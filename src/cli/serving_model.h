@@ -31,6 +31,7 @@ struct EngineArgs {
   double cache_max_entry_count = 0.8;
   int64_t cache_block_seq_len = 64;
   bool enable_prefix_caching = false;
+  bool eager_mode = false;            // no CUDA graphs for decode steps
   int64_t max_prefill_token_num = 8192;
   int quant_policy = 0;
   std::string model_format;            // hf, awq (gptq, fp8 refused); empty: from config.json
