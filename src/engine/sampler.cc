@@ -7,7 +7,6 @@
 #include <limits>
 #include <numeric>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/error.h"
 
@@ -20,30 +19,52 @@ void require(bool ok, const char* field, const std::string& what) {
   if (!ok) throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}", field, what), "change the sampling parameter");
 }
 
-// Log-softmax of `x` (entries may be -inf) into double.
-std::vector<double> log_softmax(const std::vector<float>& x) {
-  const float max_value = *std::max_element(x.begin(), x.end());
-  std::vector<double> out(x.size());
-  if (max_value == kNegInf) {
-    std::fill(out.begin(), out.end(), -std::numeric_limits<double>::infinity());
-    return out;
+// Ids ordered likeliest first, lowest id on a tie.
+bool likelier(const std::vector<float>& x, int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); }
+
+// The `count` likeliest ids of x, likeliest first, lowest id on a tie. A
+// truncation keeps a few tokens of a vocabulary of 10^5, so the common case
+// is one pass with a small heap (an id enters only past the heap's worst,
+// which soon happens rarely); larger counts select with nth_element.
+std::vector<int32_t> top_ids(const std::vector<float>& x, size_t count) {
+  const size_t vocab = x.size();
+  count = std::min(count, vocab);
+  auto better = [&](int32_t a, int32_t b) { return likelier(x, a, b); };
+  std::vector<int32_t> ids;
+  if (count == 0) return ids;
+  constexpr size_t kHeapLimit = 1024;
+  if (count <= kHeapLimit && count * 8 < vocab) {
+    // A max-heap under `better` keeps its worst id on top (front).
+    ids.resize(count);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::make_heap(ids.begin(), ids.end(), better);
+    for (size_t i = count; i < vocab; ++i) {
+      // Ids arrive in increasing order, so an equal value never beats the worst.
+      if (x[i] > x[ids.front()]) {
+        std::pop_heap(ids.begin(), ids.end(), better);
+        ids.back() = static_cast<int32_t>(i);
+        std::push_heap(ids.begin(), ids.end(), better);
+      }
+    }
+  } else {
+    ids.resize(vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    if (count < vocab) {
+      std::nth_element(ids.begin(), ids.begin() + count, ids.end(), better);
+      ids.resize(count);
+    }
   }
-  double total = 0.0;
-  for (float v : x) total += std::exp(static_cast<double>(v) - max_value);
-  const double log_total = std::log(total) + max_value;
-  for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<double>(x[i]) - log_total;
-  return out;
+  std::sort(ids.begin(), ids.end(), better);
+  return ids;
 }
 
-// Ids ordered likeliest first, lowest id on a tie.
-std::vector<int32_t> ranked(const std::vector<double>& values, size_t count) {
-  std::vector<int32_t> ids(values.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  auto better = [&](int32_t a, int32_t b) { return values[a] > values[b] || (values[a] == values[b] && a < b); };
-  count = std::min(count, ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), better);
-  ids.resize(count);
-  return ids;
+// log Σ exp(x), in double (entries may be -inf; all -inf gives -inf).
+double log_sum_exp(const std::vector<float>& x) {
+  const float max_value = *std::max_element(x.begin(), x.end());
+  if (max_value == kNegInf) return -std::numeric_limits<double>::infinity();
+  double total = 0.0;
+  for (float v : x) total += std::exp(static_cast<double>(v) - max_value);
+  return std::log(total) + max_value;
 }
 
 }  // namespace
@@ -80,12 +101,16 @@ void apply_penalties_and_masks(std::vector<float>& x, const SamplingParams& p, c
   const int64_t vocab = static_cast<int64_t>(x.size());
   auto valid = [&](int32_t id) { return id >= 0 && id < vocab; };
   if (p.repetition_penalty != 1.0f) {
-    std::unordered_set<int32_t> seen(in.prompt.begin(), in.prompt.end());
-    seen.insert(in.output.begin(), in.output.end());
-    for (int32_t id : seen) {
-      if (!valid(id)) continue;
+    // Each id once, however often it occurs: a flag per vocabulary entry is
+    // cheaper than hashing a long prompt.
+    std::vector<char> seen(vocab, 0);
+    auto penalise = [&](int32_t id) {
+      if (!valid(id) || seen[id]) return;
+      seen[id] = 1;
       x[id] = x[id] > 0.0f ? x[id] / p.repetition_penalty : x[id] * p.repetition_penalty;
-    }
+    };
+    for (int32_t id : in.prompt) penalise(id);
+    for (int32_t id : in.output) penalise(id);
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     std::unordered_map<int32_t, int64_t> counts;
@@ -112,58 +137,94 @@ SampleResult Sampler::sample(std::span<const float> logits, const SampleInputs& 
   if (!greedy) {
     for (float& v : x) v /= params_.temperature;
   }
+  const bool want_logprobs = in.logprobs || in.top_logprobs > 0;
+  // log Σ exp over the whole vocabulary: only top_p and logprobs need it (the
+  // draw's weights are relative to the likeliest token).
+  double log_total = std::numeric_limits<double>::quiet_NaN();
+  if (want_logprobs || (!greedy && params_.top_p < 1.0f)) log_total = log_sum_exp(x);
   SampleResult result;
-  std::vector<double> logp;
   if (greedy) {
     result.token = argmax(x.data(), static_cast<int64_t>(x.size()));
   } else {
-    logp = log_softmax(x);
-    // Truncation (top_k, top_p, min_p) over the likeliest-first order.
-    const size_t vocab = x.size();
-    const size_t k = params_.top_k > 0 ? std::min<size_t>(params_.top_k, vocab) : vocab;
-    std::vector<int32_t> order = ranked(logp, k);
+    result.token = draw(x, log_total);
+  }
+  if (want_logprobs) {
+    result.logprob = static_cast<float>(static_cast<double>(x[result.token]) - log_total);
+    for (int32_t id : top_ids(x, static_cast<size_t>(std::max<int32_t>(0, in.top_logprobs)))) {
+      result.top_logprobs.push_back({id, static_cast<float>(static_cast<double>(x[id]) - log_total)});
+    }
+  }
+  return result;
+}
+
+int32_t Sampler::draw(const std::vector<float>& x, double log_total) {
+  const size_t vocab = x.size();
+  // The candidates, likeliest first: top_k of them; without top_k, enough to
+  // reach top_p (a few hundred of a peaked distribution; four times more
+  // until the probability is there); the tokens above min_p's threshold; or
+  // every token when nothing truncates.
+  std::vector<int32_t> order;
+  const bool truncates = params_.top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f;
+  if (params_.top_k > 0) {
+    order = top_ids(x, static_cast<size_t>(params_.top_k));
+  } else if (params_.top_p < 1.0f) {
+    for (size_t count = 256;; count *= 4) {
+      order = top_ids(x, count);
+      double cumulative = 0.0;
+      for (int32_t id : order) cumulative += std::exp(static_cast<double>(x[id]) - log_total);
+      if (cumulative >= params_.top_p || order.size() == vocab) break;
+    }
+  } else if (params_.min_p > 0.0f) {
+    const float best = *std::max_element(x.begin(), x.end());
+    const double threshold = std::log(static_cast<double>(params_.min_p)) + best;
+    for (size_t i = 0; i < vocab; ++i) {
+      if (static_cast<double>(x[i]) >= threshold) order.push_back(static_cast<int32_t>(i));
+    }
+    if (order.empty()) order.push_back(argmax(x.data(), static_cast<int64_t>(vocab)));  // all -inf
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return likelier(x, a, b); });
+  }
+  std::vector<int32_t> kept;  // in id order
+  double best = 0.0;
+  if (truncates) {
     size_t keep = order.size();
     if (params_.top_p < 1.0f) {
       double cumulative = 0.0;
       for (size_t i = 0; i < order.size(); ++i) {
-        cumulative += std::exp(logp[order[i]]);
+        cumulative += std::exp(static_cast<double>(x[order[i]]) - log_total);
         if (cumulative >= params_.top_p) {
           keep = i + 1;
           break;
         }
       }
     }
+    best = x[order[0]];
     if (params_.min_p > 0.0f) {
-      const double threshold = std::log(static_cast<double>(params_.min_p)) + logp[order[0]];
+      const double threshold = std::log(static_cast<double>(params_.min_p)) + best;
       size_t n = 1;
-      while (n < keep && logp[order[n]] >= threshold) ++n;
+      while (n < keep && static_cast<double>(x[order[n]]) >= threshold) ++n;
       keep = n;
     }
-    std::vector<char> kept(vocab, 0);
-    for (size_t i = 0; i < keep; ++i) kept[order[i]] = 1;
-    // Inverse transform over the kept tokens, in id order.
-    std::vector<double> weights(vocab, 0.0);
-    double total = 0.0;
-    for (size_t i = 0; i < vocab; ++i) {
-      if (kept[i]) total += weights[i] = std::exp(logp[i] - logp[order[0]]);
-    }
-    double target = std::uniform_real_distribution<double>(0.0, total)(rng_);
-    result.token = order[0];
-    for (size_t i = 0; i < vocab; ++i) {
-      if (!kept[i] || weights[i] <= 0.0) continue;
-      result.token = static_cast<int32_t>(i);
-      target -= weights[i];
-      if (target <= 0.0) break;
-    }
+    kept.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep));
+    std::sort(kept.begin(), kept.end());
+  } else {
+    kept.resize(vocab);
+    std::iota(kept.begin(), kept.end(), 0);
+    best = *std::max_element(x.begin(), x.end());
   }
-  if (in.logprobs || in.top_logprobs > 0) {
-    if (logp.empty()) logp = log_softmax(x);  // greedy: temperature 1
-    result.logprob = static_cast<float>(logp[result.token]);
-    for (int32_t id : ranked(logp, std::max<int32_t>(0, in.top_logprobs))) {
-      result.top_logprobs.push_back({id, static_cast<float>(logp[id])});
-    }
+  int32_t token = truncates ? order[0] : argmax(x.data(), static_cast<int64_t>(vocab));
+  if (best == -std::numeric_limits<double>::infinity()) return token;  // every token masked: the lowest id
+  // Inverse transform over the kept tokens, in id order, weights relative to the likeliest.
+  std::vector<double> weights(kept.size());
+  double total = 0.0;
+  for (size_t i = 0; i < kept.size(); ++i) total += weights[i] = std::exp(static_cast<double>(x[kept[i]]) - best);
+  double target = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (weights[i] <= 0.0) continue;
+    token = kept[i];
+    target -= weights[i];
+    if (target <= 0.0) break;
   }
-  return result;
+  return token;
 }
 
 }  // namespace tessera::engine

@@ -71,6 +71,10 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
+  // One token of the processed logits x (temperature applied) by truncation
+  // and a draw; log_total is log Σ exp(x), needed only when top_p < 1.
+  int32_t draw(const std::vector<float>& x, double log_total);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
 };
