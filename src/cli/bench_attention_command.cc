@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cli/bench_limits.h"
 #include "cli/commands.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -48,21 +49,6 @@ std::vector<int64_t> parse_lengths(const std::string& list) {
     }
   }
   return lengths;
-}
-
-// FLOP/s of an 8192³ product in the compute dtype (1024³ on the CPU).
-double measure_matmul_rate(backend::Backend& backend) {
-  const int64_t n = backend.device().is_cpu() ? 1024 : 8192;
-  Tensor x = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
-  Tensor w = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
-  Tensor y = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
-  backend.linear(x, w, Tensor(), y);
-  backend.synchronize();
-  const int repeats = backend.device().is_cpu() ? 2 : 10;
-  auto start = Clock::now();
-  for (int i = 0; i < repeats; ++i) backend.linear(x, w, Tensor(), y);
-  backend.synchronize();
-  return 2.0 * n * n * n * repeats / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 Tensor random_on(backend::Backend& backend, Shape shape, uint32_t seed) {

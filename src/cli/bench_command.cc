@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "cli/bench_decode_table.h"
+#include "cli/bench_limits.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -38,35 +39,6 @@ struct BenchArgs {
   std::vector<std::string> quant;  // given with --quant or --batch: the table of bench_decode_table.h
   std::vector<int64_t> batch;
 };
-
-// Read + write bytes per second of a device-to-device copy far larger than caches.
-double measure_copy_bandwidth(backend::Backend& backend) {
-  const int64_t bytes = backend.device().is_cpu() ? (int64_t{512} << 20) : (int64_t{2} << 30);
-  Tensor a = Tensor::empty({bytes}, DType::kU8, backend.allocator());
-  Tensor b = Tensor::empty({bytes}, DType::kU8, backend.allocator());
-  backend.copy(a, b);
-  backend.synchronize();
-  const int repeats = 5;
-  auto start = Clock::now();
-  for (int i = 0; i < repeats; ++i) backend.copy(a, b);
-  backend.synchronize();
-  return 2.0 * bytes * repeats / seconds_since(start);
-}
-
-// FLOP/s of one large linear layer in the compute dtype (the prefill limit).
-double measure_matmul_rate(backend::Backend& backend) {
-  const int64_t n = backend.device().is_cpu() ? 1024 : 8192;
-  Tensor x = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
-  Tensor w = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
-  Tensor y = Tensor::empty({n, n}, backend.compute_dtype(), backend.allocator());
-  backend.linear(x, w, Tensor(), y);
-  backend.synchronize();
-  const int repeats = backend.device().is_cpu() ? 2 : 10;
-  auto start = Clock::now();
-  for (int i = 0; i < repeats; ++i) backend.linear(x, w, Tensor(), y);
-  backend.synchronize();
-  return 2.0 * n * n * n * repeats / seconds_since(start);
-}
 
 int64_t parameter_count(const model::ModelSpec& s) {
   return s.num_layers * (s.qkv_size() * s.hidden_size + s.hidden_size * s.q_size() +

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "backend/backend.h"
+#include "cli/bench_limits.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "model/random_weights.h"
@@ -15,19 +16,6 @@ namespace tessera::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double copy_bandwidth(backend::Backend& backend) {
-  const int64_t bytes = backend.device().is_cpu() ? (int64_t{512} << 20) : (int64_t{2} << 30);
-  Tensor a = Tensor::empty({bytes}, DType::kU8, backend.allocator());
-  Tensor b = Tensor::empty({bytes}, DType::kU8, backend.allocator());
-  backend.copy(a, b);
-  backend.synchronize();
-  const int repeats = 5;
-  auto start = Clock::now();
-  for (int i = 0; i < repeats; ++i) backend.copy(a, b);
-  backend.synchronize();
-  return 2.0 * bytes * repeats / std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Bytes one decode step reads for the weights: the linear layers (16-bit, or
 // packed 4-bit + f16 scales + u8 zeros) and the 16-bit LM head.
@@ -96,7 +84,7 @@ int run_decode_table(const DecodeTableArgs& args) {
   const DType dtype = backend::choose_compute_dtype(args.dtype, device);
   std::unique_ptr<backend::Backend> backend =
       device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
-  const double bandwidth = copy_bandwidth(*backend);
+  const double bandwidth = measure_copy_bandwidth(*backend);
   const model::ModelSpec spec = model::random_model_spec(args.random_shape);
   fmt::print("model           random {} on {}, activations {}\n", args.random_shape, device.to_string(),
              dtype_name(backend->compute_dtype()));

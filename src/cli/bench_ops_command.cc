@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cli/bench_limits.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -232,13 +233,7 @@ int run_bench_ops(const BenchOpsArgs& args) {
   const int repeats = static_cast<int>(args.repeats);
 
   // The limit of this run: read + write bytes per second of a large device copy.
-  const int64_t copy_bytes = device.is_cpu() ? (int64_t{512} << 20) : (int64_t{2} << 30);
-  double bandwidth = 0;
-  {
-    Tensor a = Tensor::empty({copy_bytes}, DType::kU8, backend->allocator());
-    Tensor b = Tensor::empty({copy_bytes}, DType::kU8, backend->allocator());
-    bandwidth = 2.0 * copy_bytes / backend->time_per_call([&] { backend->copy(a, b); }, 5);
-  }
+  const double bandwidth = measure_copy_bandwidth(*backend);
   const int64_t n = args.batch, h = spec.hidden_size, inter = spec.intermediate_size;
   fmt::print("ops of one decode step: random {} ({} layers), {} on {}, batch {}\n", args.random_shape,
              spec.num_layers, dtype_name(dtype), device.to_string(), n);
