@@ -168,6 +168,9 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   in.weight_bytes = engine::weight_bytes(spec, s->dtype);
   in.workspace_bytes = engine::workspace_bytes(spec, s->dtype, a.max_prefill_token_num + max_batch_size, max_batch_size);
   in.block_bytes = engine::kv_block_bytes(spec, s->dtype, a.cache_block_seq_len);
+  if (s->model && s->model->graphs_enabled()) {
+    in.graph_bytes = engine::decode_graph_bytes(spec, s->dtype, max_batch_size, in.block_bytes);
+  }
   in.block_size = a.cache_block_seq_len;
   in.cache_max_entry_count = a.cache_max_entry_count;
   in.session_len = a.session_len > 0 ? a.session_len : std::max<int64_t>(spec.max_position_embeddings, 2);

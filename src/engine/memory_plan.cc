@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/decode_graphs.h"
 
 namespace tessera::engine {
 namespace {
@@ -25,7 +27,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   if (!(in.cache_max_entry_count > 0.0)) {
     throw Error(ErrorKind::kInvalidArgument, "--cache-max-entry-count must be positive", kFlagsHint);
   }
-  const size_t used = in.weight_bytes + in.workspace_bytes;
+  const size_t used = in.weight_bytes + in.workspace_bytes + in.graph_bytes;
   const size_t left = in.memory_budget > used ? in.memory_budget - used : 0;
   MemoryPlan plan;
   if (in.cache_max_entry_count < 1.0) {
@@ -35,20 +37,22 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     plan.num_blocks = static_cast<int64_t>(in.cache_max_entry_count);
     if (static_cast<size_t>(plan.num_blocks) * in.block_bytes > left) {
       throw Error(ErrorKind::kOutOfMemory,
-                  fmt::format("{} KV blocks need {}, but only {} of the {} budget is left after weights ({}) and "
-                              "workspace ({})",
+                  fmt::format("{} KV blocks need {}, but only {} of the {} budget is left after weights ({}), "
+                              "workspace ({}) and decode graphs ({})",
                               plan.num_blocks, gib(plan.num_blocks * in.block_bytes), gib(left),
-                              gib(in.memory_budget), gib(in.weight_bytes), gib(in.workspace_bytes)),
+                              gib(in.memory_budget), gib(in.weight_bytes), gib(in.workspace_bytes),
+                              gib(in.graph_bytes)),
                   "lower --cache-max-entry-count (a block count when >= 1, a fraction of free memory when < 1)");
     }
   }
   if (plan.num_blocks < 1) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("not one KV block ({}) fits: budget {}, weights {}, workspace {}, left {}, "
+                fmt::format("not one KV block ({}) fits: budget {}, weights {}, workspace {}, decode graphs {}, left {}, "
                             "cache_max_entry_count {}",
                             gib(in.block_bytes), gib(in.memory_budget), gib(in.weight_bytes), gib(in.workspace_bytes),
-                            gib(left), in.cache_max_entry_count),
-                kFlagsHint);
+                            gib(in.graph_bytes), gib(left), in.cache_max_entry_count),
+                in.graph_bytes > 0 ? std::string(kFlagsHint) + "; --eager-mode frees the decode graphs' memory"
+                                   : std::string(kFlagsHint));
   }
   plan.kv_bytes = static_cast<size_t>(plan.num_blocks) * in.block_bytes;
   plan.tokens_that_fit = plan.num_blocks * in.block_size;
@@ -65,6 +69,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   t << fmt::format("memory plan (budget {}):\n", gib(in.memory_budget));
   t << fmt::format("  {:<28} {:>14}\n", "weights", gib(in.weight_bytes));
   t << fmt::format("  {:<28} {:>14}\n", "workspace (largest step)", gib(in.workspace_bytes));
+  if (in.graph_bytes > 0) t << fmt::format("  {:<28} {:>14}\n", "decode graphs", gib(in.graph_bytes));
   t << fmt::format("  {:<28} {:>14}   {} blocks x {} tokens, {} per block\n", "KV cache", gib(plan.kv_bytes),
                    plan.num_blocks, in.block_size, gib(in.block_bytes));
   t << fmt::format("  {:<28} {:>14}\n", "tokens that fit", plan.tokens_that_fit);
@@ -94,6 +99,18 @@ size_t workspace_bytes(const model::ModelSpec& s, DType dtype, int64_t max_step_
   const int64_t per_token = 4 * s.hidden_size + s.qkv_size() + s.q_size() + 3 * s.intermediate_size;
   return dtype_bytes(dtype, static_cast<size_t>(max_step_tokens * per_token)) +
          2 * sizeof(float) * static_cast<size_t>(max_batch_size * s.vocab_size);
+}
+
+size_t decode_graph_bytes(const model::ModelSpec& s, DType dtype, int64_t max_batch_size, size_t block_bytes) {
+  const int64_t largest = model::decode_graph_batch_bucket(std::min(max_batch_size, model::DecodeGraphs::kMaxSequences));
+  int64_t logits_rows = 0;
+  for (int64_t bucket = 1;; bucket = model::decode_graph_batch_bucket(bucket + 1)) {
+    logits_rows += bucket;
+    if (bucket >= largest) break;
+  }
+  const int64_t per_token = 4 * s.hidden_size + s.qkv_size() + s.q_size() + 3 * s.intermediate_size;
+  return sizeof(float) * static_cast<size_t>(logits_rows * s.vocab_size) +
+         dtype_bytes(dtype, static_cast<size_t>(largest * per_token)) + block_bytes;
 }
 
 size_t host_available_memory() {

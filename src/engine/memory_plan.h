@@ -24,6 +24,7 @@ struct MemoryPlanInput {
   size_t memory_budget = 0;            // bytes the backend may use in all
   size_t weight_bytes = 0;
   size_t workspace_bytes = 0;          // activations of the largest step
+  size_t graph_bytes = 0;              // decode graphs' own memory (decode_graph_bytes), 0 without them
   size_t block_bytes = 0;              // one KV block: keys and values of every layer
   int64_t block_size = 64;             // tokens per block (--cache-block-seq-len)
   double cache_max_entry_count = 0.8;  // --cache-max-entry-count
@@ -50,6 +51,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& input);
 size_t weight_bytes(const model::ModelSpec& spec, DType dtype);
 size_t kv_block_bytes(const model::ModelSpec& spec, DType dtype, int64_t block_size);
 size_t workspace_bytes(const model::ModelSpec& spec, DType dtype, int64_t max_step_tokens, int64_t max_batch_size);
+// What CUDA graphs of decode steps (model/decode_graphs.h) of up to
+// max_batch_size sequences hold beside the workspace: a logits buffer per
+// batch bucket, the activations of the largest bucket once (graphs replayed
+// on one stream share their memory nodes' physical memory), and the cache's
+// spare block (block_bytes).
+size_t decode_graph_bytes(const model::ModelSpec& spec, DType dtype, int64_t max_batch_size, size_t block_bytes);
 // Host memory available now (MemAvailable), the CPU backend's default budget.
 size_t host_available_memory();
 

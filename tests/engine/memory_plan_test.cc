@@ -34,6 +34,38 @@ TEST(engineMemoryPlan, AFractionOfWhatIsLeftBecomesBlocks) {
   EXPECT_NE(plan.table.find("3200"), std::string::npos);
 }
 
+TEST(engineMemoryPlan, DecodeGraphsAreTakenBeforeTheBlocks) {
+  MemoryPlanInput in = input();
+  in.graph_bytes = 40 * kMiB;
+  MemoryPlan plan = plan_memory(in);
+  // (1000 - 500 - 100 - 40) * 0.5 / 4 = 45 blocks.
+  EXPECT_EQ(plan.num_blocks, 45);
+  EXPECT_NE(plan.table.find("decode graphs"), std::string::npos);
+  EXPECT_EQ(plan_memory(input()).table.find("decode graphs"), std::string::npos);
+  in.graph_bytes = 400 * kMiB;
+  try {
+    plan_memory(in);
+    FAIL() << "no block fits";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.hint()).find("--eager-mode"), std::string::npos) << e.hint();
+  }
+}
+
+TEST(engineMemoryPlan, DecodeGraphBytesFromTheModelShape) {
+  model::ModelSpec spec;
+  spec.hidden_size = 64;
+  spec.num_layers = 2;
+  spec.num_heads = 4;
+  spec.num_kv_heads = 2;
+  spec.head_dim = 16;
+  spec.intermediate_size = 128;
+  spec.vocab_size = 1000;
+  // Buckets up to 10 sequences: 1, 2, 4, 8, 16 -> 31 logits rows; activations of 16 rows.
+  const int64_t per_token = 4 * 64 + (4 + 2 * 2) * 16 + 4 * 16 + 3 * 128;
+  EXPECT_EQ(decode_graph_bytes(spec, DType::kBF16, 10, 4096),
+            sizeof(float) * 31 * 1000 + 2 * 16 * per_token + 4096);
+}
+
 TEST(engineMemoryPlan, ACountOfOneOrMoreIsABlockCount) {
   MemoryPlanInput in = input();
   in.cache_max_entry_count = 10;

@@ -46,7 +46,10 @@ def test_bench_serve_reports_every_number(tessera_bin, server):
         match = re.search(rf"^{label}\s+p50 ([0-9.]+) ms, p99 ([0-9.]+) ms", text, re.MULTILINE)
         assert match, text
         p50, p99 = map(float, match.groups())
-        assert 0 < p50 <= p99, text
+        # A request's TPOT is 0 when every token after its first came in the
+        # first token's SSE chunk (the server writes what one poll finds as one
+        # chunk), which a fast server on outputs of 4-12 tokens can do.
+        assert (0 < p50 if label == "TTFT" else 0 <= p50) and p50 <= p99, text
 
 
 def test_bench_serve_unreachable_url_is_a_clear_error(tessera_bin):
