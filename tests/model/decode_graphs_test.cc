@@ -1,0 +1,176 @@
+// model::DecodeGraphs on the CPU, through a test double of a backend with
+// device graphs: the CPU backend's ops, recorded as closures while capturing
+// and replayed in order, reading their host inputs (token ids, rows, RoPE
+// frequencies, the attention batch) from what the last forward or staging
+// left — as the CUDA backend's recorded kernels read its upload buffers. So
+// the model layer's part (which steps take a graph, padding to buckets,
+// staging before a replay, the spare block) is checked on every build; the
+// CUDA backend's own recording is checked by tests/cuda/decode_graphs_test.cc.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "../decode_graph_schedule.h"
+#include "backend/backend.h"
+#include "model/decode_graphs.h"
+#include "model/random_weights.h"
+
+namespace tessera {
+namespace {
+
+class RecordedGraph final : public backend::DeviceGraph {
+ public:
+  std::vector<std::function<void()>> ops;
+  void replay() override {
+    for (auto& op : ops) op();
+  }
+};
+
+class RecordingCpuBackend final : public backend::Backend {
+ public:
+  RecordingCpuBackend() : cpu_(backend::make_cpu_backend()) {}
+
+  Device device() const override { return cpu_->device(); }
+  Allocator& allocator() override { return cpu_->allocator(); }
+  DType compute_dtype() const override { return cpu_->compute_dtype(); }
+  Tensor upload_weight(const Tensor& host) override { return cpu_->upload_weight(host); }
+  Tensor to_host_f32(const Tensor& t) override { return cpu_->to_host_f32(t); }
+  void copy(const Tensor& src, Tensor& dst) override { cpu_->copy(src, dst); }
+  void synchronize() override {}
+
+  // Host inputs: kept as the last forward or staging gave them (a device's
+  // upload buffers); recorded ops read them when replayed.
+  void prepare(const backend::AttentionBatch& batch) override {
+    if (!capturing_) batch_ = batch;
+  }
+  void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
+    if (!capturing_) ids_ = ids;
+    run([this, table, out]() mutable { cpu_->embedding(table, ids_, out); });
+  }
+  void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
+    if (!capturing_) rows_ = rows;
+    run([this, x, out]() mutable { cpu_->gather_rows(x, rows_, out); });
+  }
+  void rope_and_cache_write(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq,
+                            float attention_scaling, const backend::AttentionBatch&, backend::PagedKvLayer& cache,
+                            int64_t block_size) override {
+    if (!capturing_) inv_freq_ = inv_freq;
+    backend::PagedKvLayer* layer = &cache;
+    run([this, qkv, num_heads, attention_scaling, layer, block_size]() mutable {
+      cpu_->rope_and_cache_write(qkv, num_heads, inv_freq_, attention_scaling, batch_, *layer, block_size);
+    });
+  }
+  void paged_attention(const Tensor& qkv, int64_t num_heads, const backend::AttentionBatch&,
+                       const backend::PagedKvLayer& cache, int64_t block_size, Tensor& out) override {
+    const backend::PagedKvLayer* layer = &cache;
+    run([this, qkv, num_heads, layer, block_size, out]() mutable {
+      cpu_->paged_attention(qkv, num_heads, batch_, *layer, block_size, out);
+    });
+  }
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    run([this, x, weight, eps, out]() mutable { cpu_->rms_norm(x, weight, eps, out); });
+  }
+  void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    run([this, residual, x, weight, eps, out]() mutable { cpu_->add_rms_norm(residual, x, weight, eps, out); });
+  }
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override {
+    run([this, x, weight, bias, out]() mutable { cpu_->linear(x, weight, bias, out); });
+  }
+  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    run([this, gate_up, out]() mutable { cpu_->silu_mul(gate_up, out); });
+  }
+  void add(Tensor& x, const Tensor& y) override {
+    run([this, x, y]() mutable { cpu_->add(x, y); });
+  }
+
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override {
+    capturing_ = true;
+    graph_ = std::make_unique<RecordedGraph>();
+  }
+  std::unique_ptr<backend::DeviceGraph> end_capture() override {
+    capturing_ = false;
+    return std::move(graph_);
+  }
+  void set_staging(bool staging) override { staging_ = staging; }
+
+ private:
+  // Runs an op now, records it, or (staging) leaves it for the replay.
+  void run(std::function<void()> op) {
+    if (capturing_) {
+      graph_->ops.push_back(std::move(op));
+    } else if (!staging_) {
+      op();
+    }
+  }
+
+  std::unique_ptr<backend::Backend> cpu_;
+  bool capturing_ = false, staging_ = false;
+  std::unique_ptr<RecordedGraph> graph_;
+  backend::AttentionBatch batch_;
+  std::vector<int32_t> ids_, rows_;
+  std::vector<float> inv_freq_;
+};
+
+// f32 on the CPU: the padded rows change OpenBLAS's blocking, nothing else.
+constexpr double kMaxAbs = 1e-4, kRelNorm = 1e-5;
+
+testing::Outcome run_schedule(int64_t spare_override) {
+  const model::ModelSpec spec = testing::small_spec();
+  RecordingCpuBackend recording;
+  auto cpu = backend::make_cpu_backend();
+  auto graphs = model::make_random_transformer(spec, recording, 7);
+  auto eager = model::make_random_transformer(spec, *cpu, 7);
+  return testing::run_decode_schedule(graphs.get(), eager.get(), spare_override);
+}
+
+TEST(modelDecodeGraphs, ReplayedStepsEqualStepsRunOneByOne) {
+  const testing::Outcome outcome = run_schedule(-1);
+  EXPECT_TRUE(outcome.graphs_on);
+  // 45 decode steps in buckets 8, 4, 16 and 1: each bucket's first step runs
+  // and is recorded, the other 41 replay (no buffer of this double moves).
+  EXPECT_EQ(outcome.graph_replays, 41);
+  EXPECT_TRUE(outcome.worst.within(kMaxAbs, kRelNorm)) << outcome.worst.describe();
+}
+
+TEST(modelDecodeGraphs, PaddingIntoAnOwnedBlockIsCaught) {
+  const testing::Outcome outcome = run_schedule(testing::kBlocksPerSeq);
+  EXPECT_FALSE(outcome.worst.within(kMaxAbs, kRelNorm)) << "the planted bug went unseen: " << outcome.worst.describe();
+}
+
+TEST(modelDecodeGraphs, OnlyDecodeStepsOfAGraphBackendTakeGraphs) {
+  RecordingCpuBackend recording;
+  auto model = model::make_random_transformer(testing::small_spec(), recording, 7);
+  backend::PagedKvCache cache = model->allocate_cache(8, testing::kBlockSize);
+  model::DecodeGraphs graphs(recording, 1000);
+  model::ForwardBatch prefill;  // 3 tokens of one sequence
+  prefill.token_ids = {1, 2, 3};
+  prefill.attention.positions = {0, 1, 2};
+  prefill.attention.query_start = {0, 3};
+  prefill.attention.block_tables = {0};
+  prefill.attention.max_blocks_per_seq = 1;
+  prefill.logit_rows = {2};
+  EXPECT_FALSE(graphs.applies(prefill, cache));
+  model::ForwardBatch decode = prefill;  // one token each of two sequences
+  decode.token_ids = {4, 5};
+  decode.attention.positions = {3, 7};
+  decode.attention.query_start = {0, 1, 2};
+  decode.attention.block_tables = {0, 1};
+  decode.logit_rows = {0, 1};
+  EXPECT_TRUE(graphs.applies(decode, cache));
+  decode.logit_rows = {1};  // a row without logits
+  EXPECT_FALSE(graphs.applies(decode, cache));
+  decode.logit_rows = {0, 1};
+  backend::PagedKvCache no_spare = cache;
+  no_spare.spare_block = -1;
+  EXPECT_FALSE(graphs.applies(decode, no_spare));
+  graphs.set_enabled(false);
+  EXPECT_FALSE(graphs.applies(decode, cache));
+  auto cpu = backend::make_cpu_backend();
+  EXPECT_FALSE(model::DecodeGraphs(*cpu, 1000).enabled()) << "the CPU backend records no graphs";
+}
+
+}  // namespace
+}  // namespace tessera
