@@ -103,13 +103,8 @@ size_t workspace_bytes(const model::ModelSpec& s, DType dtype, int64_t max_step_
 
 size_t decode_graph_bytes(const model::ModelSpec& s, DType dtype, int64_t max_batch_size, size_t block_bytes) {
   const int64_t largest = model::decode_graph_batch_bucket(std::min(max_batch_size, model::DecodeGraphs::kMaxSequences));
-  int64_t logits_rows = 0;
-  for (int64_t bucket = 1;; bucket = model::decode_graph_batch_bucket(bucket + 1)) {
-    logits_rows += bucket;
-    if (bucket >= largest) break;
-  }
   const int64_t per_token = 4 * s.hidden_size + s.qkv_size() + s.q_size() + 3 * s.intermediate_size;
-  return sizeof(float) * static_cast<size_t>(logits_rows * s.vocab_size) +
+  return sizeof(float) * static_cast<size_t>(largest * s.vocab_size) +
          dtype_bytes(dtype, static_cast<size_t>(largest * per_token)) + block_bytes;
 }
 

@@ -52,10 +52,9 @@ size_t weight_bytes(const model::ModelSpec& spec, DType dtype);
 size_t kv_block_bytes(const model::ModelSpec& spec, DType dtype, int64_t block_size);
 size_t workspace_bytes(const model::ModelSpec& spec, DType dtype, int64_t max_step_tokens, int64_t max_batch_size);
 // What CUDA graphs of decode steps (model/decode_graphs.h) of up to
-// max_batch_size sequences hold beside the workspace: a logits buffer per
-// batch bucket, the activations of the largest bucket once (graphs replayed
-// on one stream share their memory nodes' physical memory), and the cache's
-// spare block (block_bytes).
+// max_batch_size sequences hold beside the workspace: the logits buffer and
+// the activations of the largest bucket (graphs replayed on one stream share
+// their memory nodes' physical memory), and the cache's spare block (block_bytes).
 size_t decode_graph_bytes(const model::ModelSpec& spec, DType dtype, int64_t max_batch_size, size_t block_bytes);
 // Host memory available now (MemAvailable), the CPU backend's default budget.
 size_t host_available_memory();

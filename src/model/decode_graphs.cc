@@ -58,7 +58,10 @@ DecodeGraphs::DecodeGraphs(backend::Backend& backend, int64_t vocab_rows)
 
 void DecodeGraphs::set_enabled(bool enabled) {
   enabled_ = enabled && backend_.supports_graphs();
-  if (!enabled_) graphs_.clear();
+  if (!enabled_) {
+    graphs_.clear();
+    logits_ = Tensor();
+  }
 }
 
 bool DecodeGraphs::applies(const ForwardBatch& batch, const backend::PagedKvCache& cache) const {
@@ -76,40 +79,43 @@ Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache&
   const int64_t seqs = batch.attention.num_seqs();
   const Key key{decode_graph_batch_bucket(seqs), decode_graph_width_bucket(batch.attention.max_blocks_per_seq)};
   if (backend_.graph_generation() != generation_) graphs_.clear();  // recorded over buffers that have moved
+  if (!logits_.defined() || logits_.dim(0) < key.first) {
+    logits_ = Tensor::empty({key.first, vocab_rows_}, DType::kF32, backend_.allocator());
+    graphs_.clear();  // they write into the old buffer
+  }
+  Tensor logits = logits_.slice_rows(0, key.first);
   const ForwardBatch padded = pad_decode_batch(batch, key.first, key.second, cache.spare_block);
 
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
     backend_.set_staging(true);
     try {
-      forward(padded, it->second.logits);
+      forward(padded, logits);
     } catch (...) {
       backend_.set_staging(false);
       throw;
     }
     backend_.set_staging(false);
     if (backend_.graph_generation() == generation_) {
-      it->second.graph->replay();
+      it->second->replay();
       ++replays_;
-      return it->second.logits.slice_rows(0, seqs);
+      return logits.slice_rows(0, seqs);
     }
     graphs_.clear();  // staging moved a buffer (it should not): run this step as a new bucket
   }
 
-  Entry entry;
-  entry.logits = Tensor::empty({key.first, vocab_rows_}, DType::kF32, backend_.allocator());
-  forward(padded, entry.logits);  // this step's result; makes the backend's one-time choices
-  Tensor result = entry.logits.slice_rows(0, seqs);
-  if (record(key, padded, entry, forward)) graphs_.emplace(key, std::move(entry));
-  return result;
+  forward(padded, logits);  // this step's result; makes the backend's one-time choices
+  if (auto graph = record(key, padded, logits, forward)) graphs_.emplace(key, std::move(graph));
+  return logits.slice_rows(0, seqs);
 }
 
-bool DecodeGraphs::record(const Key& key, const ForwardBatch& padded, Entry& entry, const Forward& forward) {
+std::unique_ptr<backend::DeviceGraph> DecodeGraphs::record(const Key& key, const ForwardBatch& padded, Tensor& logits,
+                                                           const Forward& forward) {
   try {
     // Staging sizes every buffer the recording will read (the split plan of a graph, say).
     backend_.set_staging(true);
     try {
-      forward(padded, entry.logits);
+      forward(padded, logits);
     } catch (...) {
       backend_.set_staging(false);
       throw;
@@ -121,7 +127,7 @@ bool DecodeGraphs::record(const Key& key, const ForwardBatch& padded, Entry& ent
     }
     backend_.begin_capture();
     try {
-      forward(padded, entry.logits);
+      forward(padded, logits);
     } catch (...) {
       try {
         backend_.end_capture();
@@ -130,15 +136,15 @@ bool DecodeGraphs::record(const Key& key, const ForwardBatch& padded, Entry& ent
       }
       throw;
     }
-    entry.graph = backend_.end_capture();
+    std::unique_ptr<backend::DeviceGraph> graph = backend_.end_capture();
     log_debug("decode graph recorded: {} sequences, block tables {} wide ({} graphs)", key.first, key.second,
               graphs_.size() + 1);
-    return true;
+    return graph;
   } catch (const std::exception& e) {
     log_warning("CUDA graphs are off from now on; decode steps launch their kernels one by one ({})", e.what());
     enabled_ = false;
     graphs_.clear();
-    return false;
+    return nullptr;  // logits_ stays: it holds this step's result
   }
 }
 

@@ -7,8 +7,9 @@
 // bucket — padding sequences read token 0 at position 0 and write their keys
 // and values into the cache's spare block, and every block table is padded
 // with that block, which attention never reads (it stops at each sequence's
-// length) — and its logits land in a buffer the graph owns, of which the
-// real rows are returned.
+// length) — and its logits land in one buffer every graph writes (rows
+// [0, bucket)), of which the real rows are returned; a bucket larger than
+// the buffer replaces it, and the graphs recorded over the old one go.
 //
 // The first step of a bucket runs as usual (its results are the step's; it
 // also makes the backend's one-time choices, such as the GEMV variant of each
@@ -53,7 +54,7 @@ class DecodeGraphs {
   // over a cache with a spare block, while graphs are on.
   bool applies(const ForwardBatch& batch, const backend::PagedKvCache& cache) const;
   // The step's logits [num_seqs, vocab_rows] f32 on the device, a view of the
-  // graph's buffer valid until the next step.
+  // graphs' buffer valid until the next step.
   Tensor run(const ForwardBatch& batch, const backend::PagedKvCache& cache, const Forward& forward);
 
   bool enabled() const { return enabled_; }
@@ -63,21 +64,19 @@ class DecodeGraphs {
   int64_t replays() const { return replays_; }
 
  private:
-  struct Entry {
-    std::unique_ptr<backend::DeviceGraph> graph;
-    Tensor logits;  // [bucket sequences, vocab_rows] f32, written by every replay
-  };
   using Key = std::pair<int64_t, int64_t>;  // (sequences, block-table width)
 
-  // Records `padded`'s forward for `key`; false (graphs off, logged) when the backend cannot.
-  bool record(const Key& key, const ForwardBatch& padded, Entry& entry, const Forward& forward);
+  // Records `padded`'s forward for `key` into `logits`; null (graphs off, logged) when the backend cannot.
+  std::unique_ptr<backend::DeviceGraph> record(const Key& key, const ForwardBatch& padded, Tensor& logits,
+                                               const Forward& forward);
 
   backend::Backend& backend_;
   int64_t vocab_rows_;
   bool enabled_ = true;
   uint64_t generation_ = 0;  // the backend's graph_generation the graphs were recorded at
   int64_t replays_ = 0;
-  std::map<Key, Entry> graphs_;
+  Tensor logits_;  // [largest bucket so far, vocab_rows] f32: every graph's rows [0, its bucket)
+  std::map<Key, std::unique_ptr<backend::DeviceGraph>> graphs_;
 };
 
 }  // namespace tessera::model

@@ -60,10 +60,10 @@ TEST(engineMemoryPlan, DecodeGraphBytesFromTheModelShape) {
   spec.head_dim = 16;
   spec.intermediate_size = 128;
   spec.vocab_size = 1000;
-  // Buckets up to 10 sequences: 1, 2, 4, 8, 16 -> 31 logits rows; activations of 16 rows.
+  // Up to 10 sequences: the bucket of 16; its logits rows and activations.
   const int64_t per_token = 4 * 64 + (4 + 2 * 2) * 16 + 4 * 16 + 3 * 128;
   EXPECT_EQ(decode_graph_bytes(spec, DType::kBF16, 10, 4096),
-            sizeof(float) * 31 * 1000 + 2 * 16 * per_token + 4096);
+            sizeof(float) * 16 * 1000 + 2 * 16 * per_token + 4096);
 }
 
 TEST(engineMemoryPlan, ACountOfOneOrMoreIsABlockCount) {
