@@ -88,14 +88,7 @@ Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache&
 
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
-    backend_.set_staging(true);
-    try {
-      forward(padded, logits);
-    } catch (...) {
-      backend_.set_staging(false);
-      throw;
-    }
-    backend_.set_staging(false);
+    stage(padded, logits, forward);
     if (backend_.graph_generation() == generation_) {
       it->second->replay();
       ++replays_;
@@ -109,18 +102,22 @@ Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache&
   return logits.slice_rows(0, seqs);
 }
 
+void DecodeGraphs::stage(const ForwardBatch& padded, Tensor& logits, const Forward& forward) {
+  backend_.set_staging(true);
+  try {
+    forward(padded, logits);
+  } catch (...) {
+    backend_.set_staging(false);
+    throw;
+  }
+  backend_.set_staging(false);
+}
+
 std::unique_ptr<backend::DeviceGraph> DecodeGraphs::record(const Key& key, const ForwardBatch& padded, Tensor& logits,
                                                            const Forward& forward) {
   try {
     // Staging sizes every buffer the recording will read (the split plan of a graph, say).
-    backend_.set_staging(true);
-    try {
-      forward(padded, logits);
-    } catch (...) {
-      backend_.set_staging(false);
-      throw;
-    }
-    backend_.set_staging(false);
+    stage(padded, logits, forward);
     if (backend_.graph_generation() != generation_) {
       graphs_.clear();
       generation_ = backend_.graph_generation();

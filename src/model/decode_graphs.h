@@ -66,6 +66,8 @@ class DecodeGraphs {
  private:
   using Key = std::pair<int64_t, int64_t>;  // (sequences, block-table width)
 
+  // Runs `padded`'s forward with the backend staging: its inputs uploaded, no kernel launched.
+  void stage(const ForwardBatch& padded, Tensor& logits, const Forward& forward);
   // Records `padded`'s forward for `key` into `logits`; null (graphs off, logged) when the backend cannot.
   std::unique_ptr<backend::DeviceGraph> record(const Key& key, const ForwardBatch& padded, Tensor& logits,
                                                const Forward& forward);
