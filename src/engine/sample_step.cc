@@ -48,8 +48,9 @@ std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& ou
   }
   results.resize(rows);
   std::exception_ptr failure;  // an exception must not leave the parallel region
-  constexpr int64_t kParallelFrom = 8;
-#pragma omp parallel for schedule(dynamic) if (rows >= kParallelFrom)
+  // Small vocabularies (tests, the demo model) cost less than waking the team.
+  const bool parallel = rows >= 8 && vocab >= 4096;
+#pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t row = 0; row < rows; ++row) {
     try {
       Sequence* seq = seqs[row];

@@ -1,7 +1,7 @@
 // Sampling for one step: each sampling chunk's logits row goes through its own
 // sequence's Sampler (and so its own random generator), with its history for
 // the penalties and its min_tokens masks. Runs on the engine thread (and, for
-// steps of 8 rows or more, on its OpenMP threads).
+// steps of 8 rows or more of a vocabulary of 4096 or more, on its OpenMP threads).
 #pragma once
 
 #include <vector>

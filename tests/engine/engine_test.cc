@@ -3,7 +3,9 @@
 // once, statistics, and fault isolation through an injected failure.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "engine/engine.h"
@@ -296,6 +298,59 @@ TEST(engineLoop, InvalidConfigAndRequestsAreRefused) {
   Request r = request({1}, 1);
   r.sampling.top_p = 2.0f;
   EXPECT_THROW(engine.submit(r), Error);
+}
+
+}  // namespace
+}  // namespace tessera::engine
+
+namespace tessera::engine {
+namespace {
+
+// Sixteen sampling requests in one step are sampled on OpenMP's threads
+// (sample_step.cc: 8 rows or more of a vocabulary of 4096 or more); each must
+// still draw what it draws alone, its generator advancing only on its own rows.
+TEST(engineLoop, RowsSampledOnThreadsGiveTheTokensOfEachRequestAlone) {
+  constexpr int kRequests = 16;
+  auto sampling_request = [](int i) {
+    Request r = request({static_cast<int32_t>(100 + i)}, 24);
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = static_cast<uint64_t>(1000 + i);
+    r.ignore_eos = true;
+    return r;
+  };
+  EngineConfig config = small_config();
+  config.num_blocks = 256;
+  config.scheduler = {kRequests, 256};
+  std::vector<std::vector<int32_t>> together(kRequests), alone(kRequests);
+  {
+    auto fake = std::make_unique<FakeExecutor>(8192);
+    FakeExecutor* executor = fake.get();
+    Engine engine(config, std::move(fake));
+    // Hold the first step until every request is in, so they decode together.
+    std::atomic<bool> release{false};
+    executor->before_step = [&](const StepPlan&) {
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < kRequests; ++i) streams.push_back(engine.submit(sampling_request(i)));
+    release = true;
+    for (int i = 0; i < kRequests; ++i) together[i] = collect(*streams[i]).tokens;
+    int64_t widest = 0;
+    {
+      std::lock_guard lock(executor->mutex);
+      for (const StepPlan& plan : executor->plans) widest = std::max(widest, plan.num_sampling());
+    }
+    EXPECT_GE(widest, 8) << "no step sampled enough rows to take the threads";
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    Engine engine(config, std::make_unique<FakeExecutor>(8192));
+    alone[i] = collect(*engine.submit(sampling_request(i))).tokens;
+    EXPECT_EQ(together[i], alone[i]) << "request " << i;
+  }
+  std::set<int32_t> distinct;
+  for (const auto& t : together) distinct.insert(t.begin(), t.end());
+  EXPECT_GT(distinct.size(), 32u) << "the draws hardly vary: the comparison would prove little";
 }
 
 }  // namespace
