@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "engine/cpu_executor.h"
 #include "engine/tp_executor.h"
+#include "engine/warmup.h"
 #include "model/loader/awq.h"
 #include "model/loader/hf_config.h"
 #include "model/shard.h"
@@ -164,9 +165,26 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   const model::ModelSpec& spec = s->spec;
 
   const int64_t max_batch_size = a.max_batch_size > 0 ? a.max_batch_size : (s->device.is_cpu() ? 64 : 256);
+  // The weights are in memory already: the budget is what is free now plus
+  // them (read before the warm-up step, whose memory the pool then keeps).
+  const size_t free_now = s->device.is_cpu() ? engine::host_available_memory()
+                                             : backend::cuda_device_info(s->device.index).free_memory;
   engine::MemoryPlanInput in;
   in.weight_bytes = engine::weight_bytes(spec, s->dtype);
   in.workspace_bytes = engine::workspace_bytes(spec, s->dtype, a.max_prefill_token_num + max_batch_size, max_batch_size);
+  if (s->model && !s->device.is_cpu()) {
+    // On a GPU the workspace is measured: the largest step runs once before
+    // the KV cache is sized. (On the CPU such a step of a large model takes
+    // minutes, and host memory is not what runs out: the estimate stays.)
+    if (auto warmup = engine::measure_workspace(*s->model, a.max_prefill_token_num, max_batch_size,
+                                                a.cache_block_seq_len)) {
+      log_info("workspace measured by a warm-up step of {} tokens and {} logits rows: {:.3f} GiB (estimated {:.3f} GiB)",
+               warmup->step_tokens, warmup->logits_rows, warmup->workspace_bytes / double(1ull << 30),
+               in.workspace_bytes / double(1ull << 30));
+      in.workspace_bytes = warmup->workspace_bytes;
+      in.workspace_measured = true;
+    }
+  }
   in.block_bytes = engine::kv_block_bytes(spec, s->dtype, a.cache_block_seq_len);
   if (s->model && s->model->graphs_enabled()) {
     in.graph_bytes = engine::decode_graph_bytes(spec, s->dtype, max_batch_size, in.block_bytes);
@@ -175,9 +193,6 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   in.cache_max_entry_count = a.cache_max_entry_count;
   in.session_len = a.session_len > 0 ? a.session_len : std::max<int64_t>(spec.max_position_embeddings, 2);
   in.max_batch_size = max_batch_size;
-  // The weights are in memory already: the budget is what is free now plus them.
-  const size_t free_now = s->device.is_cpu() ? engine::host_available_memory()
-                                             : backend::cuda_device_info(s->device.index).free_memory;
   in.memory_budget = free_now + in.weight_bytes;
   if (host_model && !s->device.is_cpu()) {
     // GPU ranks: the plan is one rank's (its share of the weights and of each

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -23,8 +24,15 @@ std::shared_ptr<Buffer> Buffer::wrap(const void* data, size_t size, Device devic
 }
 
 namespace {
+// Bytes of live host buffers (rounded up) and their most since a reset:
+// namespace-scope atomics, so buffers released during exit still find them.
+std::atomic<size_t> host_in_use{0}, host_peak{0};
+
 class CpuAllocator final : public Allocator {
  public:
+  std::optional<Usage> usage() const override { return Usage{host_in_use.load(), host_peak.load()}; }
+  void reset_peak() override { host_peak.store(host_in_use.load()); }
+
   std::shared_ptr<Buffer> allocate(size_t size) override {
     constexpr size_t kAlignment = 64;
     size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
@@ -34,7 +42,14 @@ class CpuAllocator final : public Allocator {
                   "free host memory or use a smaller model / --session-len");
     }
     if (data) std::memset(data, 0, rounded);
-    return std::make_shared<Buffer>(data, size, Device::cpu(), [](void* p) { std::free(p); });
+    const size_t now = host_in_use.fetch_add(rounded) + rounded;
+    size_t peak = host_peak.load();
+    while (now > peak && !host_peak.compare_exchange_weak(peak, now)) {
+    }
+    return std::make_shared<Buffer>(data, size, Device::cpu(), [rounded](void* p) {
+      std::free(p);
+      host_in_use.fetch_sub(rounded);
+    });
   }
   Device device() const override { return Device::cpu(); }
 };

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/device.h"
 
@@ -45,6 +46,19 @@ class Allocator {
   // Throws Error(kOutOfMemory) with the requested size when it cannot.
   virtual std::shared_ptr<Buffer> allocate(size_t size) = 0;
   virtual Device device() const = 0;
+
+  // The memory plan measures a warm-up forward with these: bytes handed out
+  // and not released yet, and the most at any time since reset_peak(). An
+  // allocator that cannot count returns nullopt.
+  struct Usage {
+    size_t in_use = 0;
+    size_t peak = 0;
+  };
+  virtual std::optional<Usage> usage() const { return std::nullopt; }
+  virtual void reset_peak() {}
+  // Gives memory a caching allocator keeps for reuse back to the device (after
+  // the warm-up, so the KV cache can have it); a no-op elsewhere.
+  virtual void release_unused() {}
 };
 
 // 64-byte aligned host memory, zero-filled.

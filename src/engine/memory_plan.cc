@@ -68,7 +68,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   std::ostringstream t;
   t << fmt::format("memory plan (budget {}):\n", gib(in.memory_budget));
   t << fmt::format("  {:<28} {:>14}\n", "weights", gib(in.weight_bytes));
-  t << fmt::format("  {:<28} {:>14}\n", "workspace (largest step)", gib(in.workspace_bytes));
+  t << fmt::format("  {:<28} {:>14}   {}\n", "workspace (largest step)", gib(in.workspace_bytes),
+                   in.workspace_measured ? "measured by a warm-up step" : "estimated from the shapes");
   if (in.graph_bytes > 0) t << fmt::format("  {:<28} {:>14}\n", "decode graphs", gib(in.graph_bytes));
   t << fmt::format("  {:<28} {:>14}   {} blocks x {} tokens, {} per block\n", "KV cache", gib(plan.kv_bytes),
                    plan.num_blocks, in.block_size, gib(in.block_bytes));

@@ -24,6 +24,7 @@ struct MemoryPlanInput {
   size_t memory_budget = 0;            // bytes the backend may use in all
   size_t weight_bytes = 0;
   size_t workspace_bytes = 0;          // activations of the largest step
+  bool workspace_measured = false;     // by a warm-up forward (warmup.h), else estimated from the shapes
   size_t graph_bytes = 0;              // decode graphs' own memory (decode_graph_bytes), 0 without them
   size_t block_bytes = 0;              // one KV block: keys and values of every layer
   int64_t block_size = 64;             // tokens per block (--cache-block-seq-len)

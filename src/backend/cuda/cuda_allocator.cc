@@ -31,6 +31,35 @@ CudaAllocator::CudaAllocator(std::shared_ptr<StreamOwner> stream) : stream_(std:
   TESSERA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
 }
 
+std::optional<Allocator::Usage> CudaAllocator::usage() const {
+  cudaMemPool_t pool;
+  uint64_t current = 0, high = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, stream_->device()) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &current) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high) != cudaSuccess) {
+    cudaGetLastError();  // not an error of the device: the caller estimates instead
+    return std::nullopt;
+  }
+  return Usage{static_cast<size_t>(current), static_cast<size_t>(high)};
+}
+
+void CudaAllocator::reset_peak() {
+  cudaMemPool_t pool;
+  uint64_t zero = 0;  // the high watermark restarts from what is in use now
+  if (cudaDeviceGetDefaultMemPool(&pool, stream_->device()) != cudaSuccess ||
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero) != cudaSuccess) {
+    cudaGetLastError();
+  }
+}
+
+void CudaAllocator::release_unused() {
+  cudaMemPool_t pool;
+  if (cudaStreamSynchronize(stream_->stream()) != cudaSuccess ||
+      cudaDeviceGetDefaultMemPool(&pool, stream_->device()) != cudaSuccess || cudaMemPoolTrimTo(pool, 0) != cudaSuccess) {
+    cudaGetLastError();  // only memory left cached: the next allocation reports a real failure
+  }
+}
+
 std::shared_ptr<Buffer> CudaAllocator::allocate(size_t size) {
   void* data = nullptr;
   if (size > 0) {

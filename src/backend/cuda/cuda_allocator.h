@@ -36,6 +36,12 @@ class CudaAllocator final : public Allocator {
   std::shared_ptr<Buffer> allocate(size_t size) override;
   Device device() const override { return Device::cuda(stream_->device()); }
   cudaStream_t stream() const { return stream_->stream(); }
+  // The device pool's counters (cudaMemPoolAttrUsedMemCurrent / High): every
+  // allocator of this device shares the pool. nullopt when the driver does not say.
+  std::optional<Usage> usage() const override;
+  void reset_peak() override;
+  // cudaMemPoolTrimTo(pool, 0) once the stream has finished with freed memory.
+  void release_unused() override;
 
  private:
   std::shared_ptr<StreamOwner> stream_;
