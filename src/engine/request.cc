@@ -33,6 +33,11 @@ void validate(const Request& r, int64_t session_len, int64_t vocab_size) {
   if (r.min_tokens < 0) fail("min_tokens must be >= 0", "");
   if (r.top_logprobs < 0 || r.top_logprobs > 20) fail("top_logprobs must be in [0, 20]", "");
   validate(r.sampling);
+  for (const auto& [id, bias] : r.sampling.logit_bias) {
+    if (id >= vocab_size) {
+      fail(fmt::format("logit_bias names token id {}, outside the vocabulary of {}", id, vocab_size), "");
+    }
+  }
 }
 
 }  // namespace tessera::engine

@@ -113,6 +113,11 @@ void validate(const SamplingParams& p) {
   require(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f, "repetition_penalty", "must be > 0");
   require(std::isfinite(p.presence_penalty), "presence_penalty", "must be finite");
   require(std::isfinite(p.frequency_penalty), "frequency_penalty", "must be finite");
+  for (const auto& [id, bias] : p.logit_bias) {
+    require(id >= 0, "logit_bias", fmt::format("token id {} must be >= 0", id));
+    require(std::isfinite(bias) && bias >= -100.0f && bias <= 100.0f, "logit_bias",
+            fmt::format("of token {} must be in [-100, 100]", id));
+  }
 }
 
 int32_t argmax(const float* values, int64_t count) {
@@ -157,6 +162,9 @@ void apply_penalties_and_masks(std::vector<float>& x, const SamplingParams& p, c
       x[id] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
     }
   }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (valid(id)) x[id] += bias;
+  }
   for (int32_t id : in.masked) {
     if (valid(id)) x[id] = kNegInf;
   }
@@ -166,7 +174,7 @@ SampleResult Sampler::sample(std::span<const float> logits, const SampleInputs& 
   TESSERA_CHECK(!logits.empty());
   const bool plain_greedy = params_.temperature <= 0.0f && params_.repetition_penalty == 1.0f &&
                             params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f &&
-                            in.masked.empty() && !in.logprobs && in.top_logprobs == 0;
+                            params_.logit_bias.empty() && in.masked.empty() && !in.logprobs && in.top_logprobs == 0;
   if (plain_greedy) return {argmax(logits.data(), static_cast<int64_t>(logits.size()))};  // nothing to copy
   std::vector<float> x(logits.begin(), logits.end());
   apply_penalties_and_masks(x, params_, in);

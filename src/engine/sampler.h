@@ -9,7 +9,8 @@
 //      logit is divided by the penalty and a negative one multiplied;
 //   2. presence / frequency penalties (OpenAI): over the output ids,
 //      logit -= presence * [count > 0] + frequency * count;
-//   3. masked ids (eos and stop ids before min_tokens) become -inf;
+//   3. logit_bias (OpenAI) is added; masked ids (eos and stop ids before
+//      min_tokens) become -inf;
 //   4. temperature: greedy (argmax, lowest id on a tie) when 0, else logits / T;
 //   5. truncation: top_k, then top_p (the smallest set of likeliest tokens whose
 //      probability reaches top_p), then min_p (prob >= min_p * max prob);
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace tessera::engine {
@@ -36,6 +38,9 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;   // > 0; 1: off
   float presence_penalty = 0.0f;     // [-2, 2] as OpenAI; 0: off
   float frequency_penalty = 0.0f;    // [-2, 2] as OpenAI; 0: off
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to the logit
+  // after the penalties, before masks and temperature; ids unique.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // Throws Error(kInvalidArgument) naming the field when a value is out of range.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -129,6 +130,29 @@ std::vector<int32_t> token_ids(const Json& array, const std::string& name) {
   return ids;
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}, at most 1024 entries.
+void parse_logit_bias(const Json& bias, engine::SamplingParams& sampling) {
+  if (!bias.is_object()) throw Fields::wrong_type("logit_bias", "an object of token ids to biases", bias);
+  if (bias.size() > 1024) throw bad_request("'logit_bias' holds more than 1024 tokens", "logit_bias", "invalid_value");
+  for (const auto& [key, value] : bias.items()) {
+    int64_t id = -1;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (error != std::errc() || end != key.data() + key.size() || id < 0 || id > kMaxTokenId) {
+      throw bad_request(fmt::format("'logit_bias' keys must be token ids (non-negative integers as strings), found "
+                                    "\"{}\"",
+                                    key),
+                        "logit_bias", "invalid_value");
+    }
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < -100.0 ||
+        value.get<double>() > 100.0) {
+      throw bad_request(fmt::format("'logit_bias' of token {} must be a number in [-100, 100], found {}", id,
+                                    value.dump()),
+                        "logit_bias", "invalid_value");
+    }
+    sampling.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(value.get<double>()));
+  }
+}
+
 // The fields chat and text completions share. `logprobs` differs between the
 // two APIs and is read by the callers.
 GenerationOptions parse_generation_options(const Json& body, bool chat) {
@@ -186,8 +210,8 @@ GenerationOptions parse_generation_options(const Json& body, bool chat) {
   if (f.integer("n", 1, 128).value_or(1) != 1) {
     throw bad_request("'n' greater than 1 is not supported yet; send n separate requests", "n", "unsupported_value");
   }
-  if (const Json* bias = f.find("logit_bias"); bias && !(bias->is_object() && bias->empty())) {
-    throw bad_request("'logit_bias' is not supported yet", "logit_bias", "unsupported_value");
+  if (const Json* bias = f.find("logit_bias"); bias && !bias->is_null()) {
+    parse_logit_bias(*bias, o.sampling);
   }
   if (const Json* format = f.find("response_format")) {
     if (!format->is_object() || Fields(*format).string("type").value_or("text") != "text") {

@@ -54,6 +54,24 @@ TEST(engineSampler, PresenceAndFrequencyPenaltiesCountOutputOnly) {
   EXPECT_FLOAT_EQ(x[3], 1.0f - 0.5f - 0.25f);
 }
 
+TEST(engineSampler, LogitBiasIsAddedAfterPenaltiesAndBeforeMasks) {
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f, 0.0f};
+  SamplingParams p;
+  p.logit_bias = {{0, 5.0f}};  // 6 beats 3
+  EXPECT_EQ(Sampler(p).sample(x, {}).token, 0);
+  p.logit_bias = {{2, -100.0f}, {3, 1.5f}};  // 3 - 100 loses to 2
+  EXPECT_EQ(Sampler(p).sample(x, {}).token, 1);
+  p.logit_bias = {{0, 100.0f}};
+  const std::vector<int32_t> masked = {0};  // a mask wins over any bias (min_tokens, stop ids)
+  EXPECT_EQ(Sampler(p).sample(x, {{}, {}, masked}).token, 2);
+  SamplingParams warm{1.0f, 4};
+  warm.logit_bias = {{3, -100.0f}};
+  Sampler sampler(warm);
+  for (int i = 0; i < 2000; ++i) EXPECT_NE(sampler.sample(x.data(), 4), 3);
+  warm.logit_bias = {{1, 101.0f}};
+  EXPECT_THROW(validate(warm), Error);
+}
+
 TEST(engineSampler, MaskedIdsAreNeverChosen) {
   Sampler s({});
   const std::vector<float> x = {0.0f, 5.0f, 4.0f};

@@ -3,6 +3,8 @@ chat and text completions, streaming and not, usage, stop strings, seeds and
 logprobs."""
 
 import concurrent.futures
+import json
+from pathlib import Path
 
 import openai
 import pytest
@@ -118,6 +120,27 @@ def test_stop_token_ids_end_generation_without_their_text(client):
     assert r.choices[0].finish_reason == "stop"
     assert r.choices[0].text == ""
     assert r.usage.completion_tokens == 1
+
+
+def test_logit_bias_forces_and_bans_tokens(client, server):
+    # OpenAI's logit_bias: +100 makes a token all but certain, -100 all but impossible.
+    def tokens(bias, temperature=0, seed=3):
+        r = client.completions.create(model="demo", prompt=[1, 300, 301], max_tokens=8, temperature=temperature,
+                                      logprobs=1, logit_bias=bias, seed=seed, extra_body={"ignore_eos": True})
+        return r.choices[0].logprobs.tokens
+    plain = tokens({})
+    piece = {}
+    for token_id in (300, 301):
+        forced = tokens({str(token_id): 100})
+        assert len(set(forced)) == 1 and forced != plain, (token_id, forced, plain)
+        piece[token_id] = forced[0]
+    assert piece[300] != piece[301]
+    # Every other id of the vocabulary banned: greedy and sampled text keep to the two.
+    vocab = json.loads((Path(server.model_dir) / "config.json").read_text())["vocab_size"]
+    ban = {str(i): -100 for i in range(vocab) if i not in (300, 301)}
+    for temperature, seed in ((0, 1), (1.0, 1), (1.0, 2)):
+        kept = tokens(ban, temperature, seed)
+        assert set(kept) <= {piece[300], piece[301]}, (temperature, kept)
 
 
 def test_chat_logprobs(client):

@@ -54,7 +54,9 @@ BAD_CHAT_BODIES = [
     dict(CHAT, stop=7), dict(CHAT, stop=[None]), dict(CHAT, stop_token_ids=[-3]), dict(CHAT, stop_token_ids=[2**40]),
     dict(CHAT, seed="x"), dict(CHAT, logprobs=True, top_logprobs=50), dict(CHAT, top_logprobs=3),
     dict(CHAT, repetition_penalty=0), dict(CHAT, min_p=3), dict(CHAT, presence_penalty=10),
-    dict(CHAT, stream_options=[]), dict(CHAT, logit_bias={"5": 100}),
+    dict(CHAT, stream_options=[]), dict(CHAT, logit_bias={"5": 101}), dict(CHAT, logit_bias={"x": 1}),
+    dict(CHAT, logit_bias={"-1": 1}), dict(CHAT, logit_bias={"5": "high"}), dict(CHAT, logit_bias=[5]),
+    dict(CHAT, logit_bias={"100000": 1}),
 ]
 
 

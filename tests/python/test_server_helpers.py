@@ -12,6 +12,7 @@ import requests
 
 class Server:
     def __init__(self, binary, model_dir, log_path, *extra, model_name="demo"):
+        self.model_dir = model_dir
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(

@@ -2,6 +2,8 @@
 // ApiError(400) naming the field, never a crash or a silently wrong value.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
@@ -74,6 +76,16 @@ TEST(serverSchema, ChatReadsEveryField) {
   EXPECT_TRUE(r.options.include_usage);
 }
 
+TEST(serverSchema, LogitBiasMapsTokenIdsToBiases) {
+  const auto bias = parse_chat_completion_request(chat_body(R"("logit_bias": {"7": -100, "42": 2.5})"))
+                        .options.sampling.logit_bias;
+  ASSERT_EQ(bias.size(), 2u);
+  std::map<int32_t, float> by_id(bias.begin(), bias.end());
+  EXPECT_EQ(by_id.at(7), -100.0f);
+  EXPECT_EQ(by_id.at(42), 2.5f);
+  EXPECT_TRUE(parse_chat_completion_request(chat_body(R"("logit_bias": {})")).options.sampling.logit_bias.empty());
+}
+
 TEST(serverSchema, StopMayBeOneString) {
   EXPECT_EQ(parse_chat_completion_request(chat_body(R"("stop": "END")")).options.stop,
             std::vector<std::string>{"END"});
@@ -124,7 +136,9 @@ TEST(serverSchema, OutOfRangeValuesAre400) {
                             R"("max_tokens": 99999999999999999999999)", R"("presence_penalty": 3)",
                             R"("min_p": 2)", R"("repetition_penalty": 0)", R"("top_logprobs": 21)",
                             R"("top_logprobs": 2)", R"("n": 0)", R"("n": 2)", R"("top_k": -2)",
-                            R"("logit_bias": {"1": 5})", R"("response_format": {"type": "json_object"})"}) {
+                            R"("logit_bias": {"1": 101})", R"("logit_bias": {"1x": 5})",
+                            R"("logit_bias": {"": 5})", R"("logit_bias": [1])",
+                            R"("response_format": {"type": "json_object"})"}) {
     EXPECT_EQ(refusal(chat, chat_body(extra)).first, 400u) << extra;
   }
 }
