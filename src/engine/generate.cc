@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 
 #include "core/error.h"
 
@@ -24,22 +23,10 @@ GenerateResult generate(model::Transformer& model, const std::vector<int32_t>& p
   const int64_t num_blocks = (total + block_size - 1) / block_size;
   backend::PagedKvCache cache = model.allocate_cache(num_blocks, block_size);
 
-  model::ForwardBatch batch;
-  // The blocks that hold positions [0, length), as the engine's tables grow:
-  // a table as long as the whole generation would make every step plan its
-  // attention for the longest context.
-  auto cover = [&](int64_t length) {
-    const int64_t blocks = (length + block_size - 1) / block_size;
-    batch.attention.max_blocks_per_seq = static_cast<int32_t>(blocks);
-    batch.attention.block_tables.resize(blocks);
-    std::iota(batch.attention.block_tables.begin(), batch.attention.block_tables.end(), 0);
-  };
-  cover(static_cast<int64_t>(prompt.size()));
-  batch.token_ids = prompt;
-  batch.attention.positions.resize(prompt.size());
-  std::iota(batch.attention.positions.begin(), batch.attention.positions.end(), 0);
-  batch.attention.query_start = {0, static_cast<int32_t>(prompt.size())};
-  batch.logit_rows = {static_cast<int32_t>(prompt.size()) - 1};
+  // Block tables grow with the sequence, as the engine's do: a table as long
+  // as the whole generation would make every step plan its attention for the
+  // longest context.
+  model::ForwardBatch batch = model::sequence_batch(prompt, 0, block_size);
 
   Sampler sampler(options.sampling);
   GenerateResult result;
@@ -57,11 +44,7 @@ GenerateResult generate(model::Transformer& model, const std::vector<int32_t>& p
       result.finish_reason = FinishReason::kStop;
       break;
     }
-    batch.token_ids = {token};
-    cover(int64_t{position} + 1);
-    batch.attention.positions = {position++};
-    batch.attention.query_start = {0, 1};
-    batch.logit_rows = {0};
+    batch = model::sequence_batch({token}, position++, block_size);
   }
   return result;
 }

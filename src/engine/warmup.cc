@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
+#include <vector>
 
 #include "core/error.h"
 
@@ -17,19 +17,10 @@ std::optional<WarmupResult> measure_workspace(model::Transformer& model, int64_t
   const model::ModelSpec& spec = model.spec();
   step_tokens = std::max<int64_t>(1, step_tokens);
   logits_rows = std::clamp<int64_t>(logits_rows, 1, step_tokens);
-  const int64_t blocks = (step_tokens + block_size - 1) / block_size;
-
-  model::ForwardBatch batch;
-  batch.token_ids.resize(step_tokens);
-  for (int64_t i = 0; i < step_tokens; ++i) batch.token_ids[i] = static_cast<int32_t>((i * 7919 + 3) % spec.vocab_size);
-  batch.attention.positions.resize(step_tokens);
-  std::iota(batch.attention.positions.begin(), batch.attention.positions.end(), 0);
-  batch.attention.query_start = {0, static_cast<int32_t>(step_tokens)};
-  batch.attention.block_tables.resize(blocks);
-  std::iota(batch.attention.block_tables.begin(), batch.attention.block_tables.end(), 0);
-  batch.attention.max_blocks_per_seq = static_cast<int32_t>(blocks);
-  batch.logit_rows.resize(logits_rows);
-  std::iota(batch.logit_rows.begin(), batch.logit_rows.end(), static_cast<int32_t>(step_tokens - logits_rows));
+  std::vector<int32_t> tokens(step_tokens);
+  for (int64_t i = 0; i < step_tokens; ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 3) % spec.vocab_size);
+  const model::ForwardBatch batch = model::sequence_batch(std::move(tokens), 0, block_size, logits_rows);
+  const int64_t blocks = batch.attention.max_blocks_per_seq;
 
   try {
     std::optional<WarmupResult> result;

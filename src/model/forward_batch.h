@@ -14,4 +14,9 @@ struct ForwardBatch {
   std::vector<int32_t> logit_rows;       // token indices whose logits are wanted (usually each sequence's last)
 };
 
+// One sequence's new `tokens` at positions [start, start + tokens.size()),
+// its block table the blocks 0, 1, ... that hold positions up to the last of
+// them, with logits for its last `logits_rows` tokens.
+ForwardBatch sequence_batch(std::vector<int32_t> tokens, int32_t start, int64_t block_size, int64_t logits_rows = 1);
+
 }  // namespace tessera::model
