@@ -20,6 +20,12 @@ constexpr const char* kFlagsHint =
 
 std::string gib(size_t bytes) { return fmt::format("{:.3f} GiB", static_cast<double>(bytes) / (1ull << 30)); }
 
+// The forward's live activations per token, in elements: residual, normed,
+// qkv, attention out, o out, gate_up, silu·mul.
+int64_t activation_elements_per_token(const model::ModelSpec& s) {
+  return 4 * s.hidden_size + s.qkv_size() + s.q_size() + 3 * s.intermediate_size;
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
@@ -95,18 +101,15 @@ size_t kv_block_bytes(const model::ModelSpec& s, DType dtype, int64_t block_size
 }
 
 size_t workspace_bytes(const model::ModelSpec& s, DType dtype, int64_t max_step_tokens, int64_t max_batch_size) {
-  // The forward's live activations per token: residual, normed, qkv, attention
-  // out, o out, gate_up, silu·mul; plus the logits rows and their host copy.
-  const int64_t per_token = 4 * s.hidden_size + s.qkv_size() + s.q_size() + 3 * s.intermediate_size;
-  return dtype_bytes(dtype, static_cast<size_t>(max_step_tokens * per_token)) +
+  // The activations of every token, plus the logits rows and their host copy.
+  return dtype_bytes(dtype, static_cast<size_t>(max_step_tokens * activation_elements_per_token(s))) +
          2 * sizeof(float) * static_cast<size_t>(max_batch_size * s.vocab_size);
 }
 
 size_t decode_graph_bytes(const model::ModelSpec& s, DType dtype, int64_t max_batch_size, size_t block_bytes) {
   const int64_t largest = model::decode_graph_batch_bucket(std::min(max_batch_size, model::DecodeGraphs::kMaxSequences));
-  const int64_t per_token = 4 * s.hidden_size + s.qkv_size() + s.q_size() + 3 * s.intermediate_size;
   return sizeof(float) * static_cast<size_t>(largest * s.vocab_size) +
-         dtype_bytes(dtype, static_cast<size_t>(largest * per_token)) + block_bytes;
+         dtype_bytes(dtype, static_cast<size_t>(largest * activation_elements_per_token(s))) + block_bytes;
 }
 
 size_t host_available_memory() {

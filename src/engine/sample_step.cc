@@ -12,11 +12,8 @@ void mark_greedy_chunks(StepPlan& plan, Scheduler& scheduler) {
     if (!chunk.sample) continue;
     const Sequence* seq = scheduler.find(chunk.id);
     if (seq == nullptr) continue;
-    const SamplingParams& p = seq->sampler.params();
-    chunk.greedy = p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-                   p.frequency_penalty == 0.0f && p.logit_bias.empty() && !seq->request.logprobs &&
-                   seq->request.top_logprobs == 0 &&
-                   masked_ids(*seq, scheduler.stop_config()).empty();
+    chunk.greedy = takes_plain_argmax(seq->sampler.params()) && !seq->request.logprobs &&
+                   seq->request.top_logprobs == 0 && masked_ids(*seq, scheduler.stop_config()).empty();
   }
 }
 

@@ -120,6 +120,11 @@ void validate(const SamplingParams& p) {
   }
 }
 
+bool takes_plain_argmax(const SamplingParams& p) {
+  return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && p.logit_bias.empty();
+}
+
 int32_t argmax(const float* values, int64_t count) {
   // The largest value first (eight independent branch-free lanes, so the loop
   // is not one long dependency chain), then its first index: the lowest id on
@@ -172,9 +177,7 @@ void apply_penalties_and_masks(std::vector<float>& x, const SamplingParams& p, c
 
 SampleResult Sampler::sample(std::span<const float> logits, const SampleInputs& in) {
   TESSERA_CHECK(!logits.empty());
-  const bool plain_greedy = params_.temperature <= 0.0f && params_.repetition_penalty == 1.0f &&
-                            params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f &&
-                            params_.logit_bias.empty() && in.masked.empty() && !in.logprobs && in.top_logprobs == 0;
+  const bool plain_greedy = takes_plain_argmax(params_) && in.masked.empty() && !in.logprobs && in.top_logprobs == 0;
   if (plain_greedy) return {argmax(logits.data(), static_cast<int64_t>(logits.size()))};  // nothing to copy
   std::vector<float> x(logits.begin(), logits.end());
   apply_penalties_and_masks(x, params_, in);

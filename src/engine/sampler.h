@@ -46,6 +46,11 @@ struct SamplingParams {
 // Throws Error(kInvalidArgument) naming the field when a value is out of range.
 void validate(const SamplingParams& params);
 
+// Whether these parameters leave the logits as they are and take their argmax
+// (temperature 0, no penalties, no logit_bias): with no masks and no logprobs
+// asked, a sample is then the argmax alone, which a device can take.
+bool takes_plain_argmax(const SamplingParams& params);
+
 struct TokenLogprob {
   int32_t token = 0;
   float logprob = 0.0f;

@@ -49,8 +49,9 @@ class Transformer {
   // Replaces the communicator (after a failed group was built again).
   void set_communicator(comm::Communicator* comm);
 
-  // A zeroed paged cache of `num_blocks` blocks of `block_size` tokens, every
-  // layer; under tensor parallelism of this rank's KV heads.
+  // A paged cache of `num_blocks` blocks of `block_size` tokens, every layer;
+  // under tensor parallelism of this rank's KV heads. Where decode graphs run,
+  // one block more past them is the cache's spare_block (their padding rows).
   backend::PagedKvCache allocate_cache(int64_t num_blocks, int64_t block_size);
 
   // Returns host f32 logits [logit_rows.size(), vocab], on every rank.
