@@ -30,6 +30,9 @@ struct QuantizedWeight {
   int64_t out_features = 0;
   int64_t in_features = 0;
   int64_t group_size = 0;
+  // A backend's own layout in place of the canonical one (the CUDA backend's
+  // tensor-core tiles, backend/cuda/w4a16.h); only that backend reads it.
+  bool backend_layout = false;
 
   bool defined() const { return qweight.defined(); }
   // Bytes a forward reads: the packed weights, scales and zeros.

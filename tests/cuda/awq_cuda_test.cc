@@ -1,9 +1,14 @@
-// The W4A16 linear (backend/cuda/w4a16.cu) against dequantize-then-GEMM on the
-// CPU (dequantize_weight + the CPU backend's f32 linear: the judge), over a
-// grid of rows M (the GEMV up to 16, dequantize + cuBLASLt above), outputs N,
-// inputs K and group sizes, with and without bias, in f32, f16 and bf16. A
-// flipped nibble is caught. And a `lite auto_awq` export of a golden model on
+// The W4A16 linear (backend/cuda/w4a16.cu, w4a16_tiles.cu) against
+// dequantize-then-GEMM on the CPU (dequantize_weight + the CPU backend's f32
+// linear: the judge), over a grid of rows M, outputs N, inputs K and group
+// sizes, with and without bias, in f32 (canonical layout, scalar GEMV up to 16
+// rows), f16 and bf16 (tensor-core tiles up to 64 rows where k and the group
+// are multiples of 64); every row-warps variant of the tensor-core kernel; the
+// tiles dequantized bit for bit as the CPU rounds. A flipped nibble is caught. And a `lite auto_awq` export of a golden model on
 // the GPU gives the CPU's logits and greedy tokens. Skips without a GPU.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,10 +16,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 #include "../compare.h"
 #include "../test_paths.h"
 #include "backend/backend.h"
+#include "backend/cuda/w4a16.h"
 #include "engine/generate.h"
 #include "model/convert/awq_quantize.h"
 #include "model/transformer.h"
@@ -91,6 +98,12 @@ class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {
     return {cuda_->to_host_f32(gpu_out), expected};
   }
 
+  template <typename F>
+  void dispatch_16bit(F&& f) {
+    if (dtype_ == DType::kF16) f(__half{});
+    else f(__nv_bfloat16{});
+  }
+
   DType dtype_ = DType::kF32;
   std::unique_ptr<Backend> cuda_, cpu_;
 };
@@ -100,7 +113,7 @@ TEST_P(AwqCudaVsCpu, LinearEqualsDequantizeThenGemmOverAGrid) {
     int64_t n, k;
   };
   const Shape2 shapes[] = {{8, 32}, {24, 64}, {264, 256}, {1000, 384}, {130, 1024}, {512, 14336}, {4096, 4096}};
-  const int64_t rows[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 40};
+  const int64_t rows[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 40, 64, 65};
   uint32_t seed = 1;
   int cases = 0;
   for (const Shape2& s : shapes) {
@@ -108,7 +121,7 @@ TEST_P(AwqCudaVsCpu, LinearEqualsDequantizeThenGemmOverAGrid) {
       if (s.k % group != 0) continue;
       const QuantizedWeight w = random_weight(s.n, s.k, group, seed++);
       for (int64_t m : rows) {
-        if (s.n * s.k > 4096 * 1024 && m > 16 && m != 17) continue;  // keep the large shapes quick
+        if (s.n * s.k > 4096 * 1024 && m > 16 && m != 17 && m != 65) continue;  // keep the large shapes quick
         const bool bias = (seed % 2) == 0;
         auto [got, want] = run(w, w, m, bias, seed++);
         auto c = testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
@@ -136,6 +149,71 @@ TEST_P(AwqCudaVsCpu, AFlippedNibbleIsCaught) {
     auto c = testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
     const Bounds b = bounds_for(dtype_);
     EXPECT_FALSE(c.within(b.max_abs, b.rel_norm)) << "m " << m << ": a wrong weight went unnoticed: " << c.describe();
+  }
+}
+
+// The tensor-core kernel called directly with each row-warps count (the
+// backend runs only the fastest), on tiled uploads of shapes with k and the
+// group multiples of 64 and n not a multiple of 16.
+TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
+  if (dtype_ == DType::kF32) GTEST_SKIP() << "f32 activations keep the canonical layout";
+  struct Case {
+    int64_t n, k, group;
+  };
+  const Case cases[] = {{40, 64, 64}, {1000, 384, 128}, {130, 1024, 64}, {4104, 4096, 128}, {512, 14336, 128}};
+  uint32_t seed = 100;
+  for (const Case& s : cases) {
+    const QuantizedWeight w = random_weight(s.n, s.k, s.group, seed++);
+    const QuantizedWeight device = cuda_->upload_quantized_weight(w);
+    ASSERT_TRUE(device.backend_layout) << "sm_80+ with 16-bit activations uploads tiles";
+    for (int64_t m : {1, 3, 8, 9, 16, 29, 64}) {
+      Tensor x = random({m, s.k}, seed), bias = random({s.n}, seed + 1);
+      ++seed;
+      Tensor expected = Tensor::empty({m, s.n}, DType::kF32);
+      cpu_->linear(x, dequantize_weight(w), bias, expected);
+      Tensor gx = cuda_->upload_weight(x), gbias = cuda_->upload_weight(bias);
+      for (int row_warps : {1, 2, 4, 8}) {
+        Tensor out = Tensor::empty({m, s.n}, dtype_, cuda_->allocator());
+        cuda_->synchronize();  // uploads and the allocation are ordered on the backend's stream
+        dispatch_16bit([&](auto tag) {
+          using T = decltype(tag);
+          cuda::launch_w4a16_mma<T>(static_cast<const T*>(gx.raw_data()),
+                                    static_cast<const uint32_t*>(device.qweight.raw_data()),
+                                    static_cast<const uint32_t*>(device.scales.raw_data()),
+                                    static_cast<const T*>(gbias.raw_data()), m, s.n, s.k, s.group, row_warps,
+                                    static_cast<T*>(out.raw_data()), nullptr);
+        });
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, which waits for the backend's
+        Tensor got = cuda_->to_host_f32(out);
+        auto c = testing::compare(got.data<float>(), expected.data<float>(), static_cast<size_t>(expected.numel()));
+        const Bounds b = bounds_for(dtype_);
+        EXPECT_TRUE(c.within(b.max_abs, b.rel_norm)) << "m " << m << " n " << s.n << " k " << s.k << " group "
+                                                     << s.group << " row warps " << row_warps << ": " << c.describe();
+      }
+    }
+  }
+}
+
+// The tiles dequantized (the path of more than 64 rows) give each weight as
+// the CPU's (q - zero) * scale rounded to the activation type, bit for bit.
+TEST_P(AwqCudaVsCpu, TilesDequantizeToTheCanonicalWeights) {
+  if (dtype_ == DType::kF32) GTEST_SKIP() << "f32 activations keep the canonical layout";
+  for (auto [n, k, group] : {std::tuple<int64_t, int64_t, int64_t>{40, 64, 64}, {1000, 384, 128}, {130, 1024, 64}}) {
+    const QuantizedWeight w = random_weight(n, k, group, static_cast<uint32_t>(n + k));
+    const QuantizedWeight device = cuda_->upload_quantized_weight(w);
+    Tensor dense = Tensor::empty({n, k}, dtype_, cuda_->allocator());
+    cuda_->synchronize();
+    dispatch_16bit([&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_w4_dequantize_tiles<T>(static_cast<const uint32_t*>(device.qweight.raw_data()),
+                                          static_cast<const uint32_t*>(device.scales.raw_data()), n, k, group,
+                                          static_cast<T*>(dense.raw_data()), nullptr);
+    });
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Tensor got = cuda_->to_host_f32(dense), want = dequantize_weight(w).to_dtype(dtype_).to_f32();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) wrong += got.data<float>()[i] != want.data<float>()[i];
+    EXPECT_EQ(wrong, 0) << "n " << n << " k " << k << " group " << group << ": weights differ";
   }
 }
 

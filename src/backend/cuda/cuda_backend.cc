@@ -119,10 +119,12 @@ class CudaBackend final : public Backend {
     int count = 1;
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index));
     multiprocessors_ = count;
+    kernel_capability_ = cuda_device_info(index).effective_capability();
     if (const char* kernel = std::getenv("TESSERA_DECODE_ATTENTION")) {
       use_split_decode_ = std::string(kernel) != "per_query";
     }
     if (const char* w4 = std::getenv("TESSERA_W4_GEMV")) w4_gemv_mode_ = std::string(w4) == "1" ? 1 : 0;
+    if (const char* tiles = std::getenv("TESSERA_W4_TILES")) w4_tiles_mode_ = std::string(tiles) == "0" ? 0 : 1;
   }
 
   ~CudaBackend() override {
@@ -408,7 +410,10 @@ class CudaBackend final : public Backend {
 
   bool supports_quantized_linear() const override { return true; }
 
-  // The canonical layout is the kernel's: a plain copy of each part.
+  // Where the kernel image runs mma.sync on 16-bit activations (8.0 or
+  // newer) and the shape allows, the weight is repacked on the device into the
+  // tensor-core kernel's tiles (w4a16.h); otherwise the canonical layout, a
+  // plain copy, is what the scalar GEMV reads.
   QuantizedWeight upload_quantized_weight(const QuantizedWeight& host) override {
     check_quantized_weight(host, "upload_quantized_weight");
     auto copy_up = [&](const Tensor& t) {
@@ -420,15 +425,30 @@ class CudaBackend final : public Backend {
     device.qweight = copy_up(host.qweight);
     device.scales = copy_up(host.scales);
     device.zeros = copy_up(host.zeros);
+    if (uses_w4_tiles(host)) {
+      const int64_t n = host.out_features, k = host.in_features, g = host.group_size;
+      Tensor tiles = Tensor::empty({cuda::w4_tile_words(n, k)}, DType::kI32, *allocator_);
+      Tensor scale_zero = Tensor::empty({cuda::w4_scale_zero_words(n, k, g)}, DType::kI32, *allocator_);
+      cuda::launch_w4_tile(static_cast<const uint32_t*>(device.qweight.raw_data()),
+                           static_cast<const __half*>(device.scales.raw_data()),
+                           static_cast<const uint8_t*>(device.zeros.raw_data()), n, k, g,
+                           static_cast<uint32_t*>(tiles.raw_data()), static_cast<uint32_t*>(scale_zero.raw_data()),
+                           stream_);
+      device.qweight = std::move(tiles);
+      device.scales = std::move(scale_zero);
+      device.zeros = Tensor();
+      device.backend_layout = true;
+    }
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host parts may be freed on return
     return device;
   }
 
-  // One row: the W4A16 GEMV; 2 to kW4GemvMaxRows rows: whichever of the GEMV
-  // and dequantize + cuBLASLt was faster on the shape's first call (timed on
-  // the real operands; the GEMV re-reads the activations once per weight row,
-  // which costs more as rows grow); more: dequantize into a scratch weight in
-  // the activation dtype and use cuBLASLt.
+  // The 4-bit paths, each shape's first call timing the candidates on the real
+  // operands and keeping the fastest: on tiled weights the tensor-core kernel
+  // with 1, 2, 4 or 8 row warps (up to kW4MmaMaxRows rows) against dequantize +
+  // cuBLASLt; on canonical weights the scalar GEMV (up to kW4GemvMaxRows rows;
+  // one row takes it untimed) against the same. More rows: dequantize into a
+  // scratch weight in the activation dtype and use cuBLASLt.
   void linear_quantized(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out) override {
     const int64_t m = x.dim(0), n = w.out_features, k = w.in_features;
     if (x.dim(1) != k || out.dim(0) != m || out.dim(1) != n || out.dtype() != x.dtype() ||
@@ -438,25 +458,51 @@ class CudaBackend final : public Backend {
     }
     if (staging_) return;
     const auto* qweight = static_cast<const uint32_t*>(w.qweight.raw_data());
-    const auto* scales = static_cast<const __half*>(w.scales.raw_data());
-    const auto* zeros = static_cast<const uint8_t*>(w.zeros.raw_data());
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      auto gemv = [&] {
-        cuda::launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias.defined() ? ptr<T>(bias) : nullptr, m, n, k,
-                                   w.group_size, ptr<T>(out), stream_);
-      };
-      auto dequantize_gemm = [&] {
+      const T* bias_ptr = bias.defined() ? ptr<T>(bias) : nullptr;
+      std::vector<std::function<void()>> candidates;  // [0] is dequantize + cuBLASLt
+      auto dequantize_gemm = [&](auto dequantize) {
         Tensor dense = Tensor::empty({n, k}, x.dtype(), *allocator_);  // stream-ordered: reused by the pool
-        cuda::launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, ptr<T>(dense), stream_);
+        dequantize(ptr<T>(dense));
         gemm_->linear(x.raw_data(), dense.raw_data(), out.raw_data(), m, n, k, x.dtype(), out.dtype());
-        if (bias.defined()) cuda::launch_add_bias<T>(ptr<T>(out), ptr<T>(bias), m, n, stream_);
+        if (bias.defined()) cuda::launch_add_bias<T>(ptr<T>(out), bias_ptr, m, n, stream_);
       };
-      if (m == 1 || (m <= cuda::kW4GemvMaxRows && w4_gemv_is_faster({m, n, k, x.dtype()}, gemv, dequantize_gemm))) {
-        gemv();
+      if (w.backend_layout) {
+        if constexpr (std::is_same_v<T, float>) {
+          throw Error(ErrorKind::kInternal, "cuda linear_quantized: tiled 4-bit weights with f32 activations");
+        } else {
+          const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
+          candidates.push_back([&] {
+            dequantize_gemm([&](T* dense) {
+              cuda::launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_);
+            });
+          });
+          if (m <= cuda::kW4MmaMaxRows) {
+            for (int row_warps : {1, 2, 4, 8}) {
+              candidates.push_back([&, row_warps] {
+                cuda::launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, row_warps,
+                                          ptr<T>(out), stream_);
+              });
+            }
+          }
+        }
       } else {
-        dequantize_gemm();
+        const auto* scales = static_cast<const __half*>(w.scales.raw_data());
+        const auto* zeros = static_cast<const uint8_t*>(w.zeros.raw_data());
+        candidates.push_back([&] {
+          dequantize_gemm([&](T* dense) {
+            cuda::launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, dense, stream_);
+          });
+        });
+        if (m <= cuda::kW4GemvMaxRows) {
+          candidates.push_back([&] {
+            cuda::launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias_ptr, m, n, k, w.group_size,
+                                       ptr<T>(out), stream_);
+          });
+        }
       }
+      candidates[w4_choice({m, n, k, x.dtype(), w.backend_layout}, candidates, !w.backend_layout && m == 1)]();
     });
   }
 
@@ -490,20 +536,36 @@ class CudaBackend final : public Backend {
   uint64_t graph_generation() const override { return graph_generation_; }
 
  private:
-  using W4Key = std::tuple<int64_t, int64_t, int64_t, DType>;  // rows, out, in, activation dtype
+  using W4Key = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // rows, out, in, activation dtype, tiled
 
-  // Times both 4-bit paths once per shape (never while recording a graph: a
-  // shape recorded there has run before) and remembers the faster.
-  bool w4_gemv_is_faster(const W4Key& key, const std::function<void()>& gemv,
-                         const std::function<void()>& dequantize_gemm) {
-    if (w4_gemv_mode_ >= 0) return w4_gemv_mode_ == 1;
-    auto it = w4_gemv_faster_.find(key);
-    if (it != w4_gemv_faster_.end()) return it->second;
-    if (capturing_) return true;
-    const double gemv_s = time_per_call(gemv, 3), dequantize_s = time_per_call(dequantize_gemm, 3);
-    log_debug("linear_quantized m={} n={} k={}: gemv {:.1f} us, dequantize + cublaslt {:.1f} us", std::get<0>(key),
-              std::get<1>(key), std::get<2>(key), gemv_s * 1e6, dequantize_s * 1e6);
-    return w4_gemv_faster_[key] = gemv_s <= dequantize_s;
+  // Tiles where the loaded kernel image has mma.sync for 16-bit operands.
+  bool uses_w4_tiles(const QuantizedWeight& w) const {
+    if (w4_tiles_mode_ == 0 || compute_dtype_ == DType::kF32) return false;
+    if (!cuda::w4_tiles_supported(w.in_features, w.group_size)) return false;
+    return kernel_capability_ >= 80;
+  }
+
+  // Index of the 4-bit candidate to run: 0 is dequantize + cuBLASLt. Each
+  // shape's first call times them all (never while recording a graph: a shape
+  // recorded there has run before) and remembers the fastest.
+  // TESSERA_W4_GEMV=1 forces the fastest kernel that reads the packed weights
+  // (tests: the kernel wherever it applies), 0 dequantize + cuBLASLt.
+  size_t w4_choice(const W4Key& key, const std::vector<std::function<void()>>& candidates, bool untimed_kernel) {
+    if (candidates.size() == 1 || w4_gemv_mode_ == 0) return 0;
+    auto it = w4_choice_.find(key);
+    if (it != w4_choice_.end()) return it->second;
+    if (capturing_ || untimed_kernel) return 1;
+    size_t best = w4_gemv_mode_ == 1 ? 1 : 0;
+    double best_s = 1e30;
+    std::string timings;
+    for (size_t i = best; i < candidates.size(); ++i) {
+      const double s = time_per_call(candidates[i], 3);
+      timings += fmt::format(" {:.1f}", s * 1e6);
+      if (s < best_s) best = i, best_s = s;
+    }
+    log_debug("linear_quantized m={} n={} k={}{}: µs (dequantize + cublaslt, kernels){}: #{}", std::get<0>(key),
+              std::get<1>(key), std::get<2>(key), std::get<4>(key) ? " tiled" : "", timings, best);
+    return w4_choice_[key] = best;
   }
 
   // Host values to the device buffer the kernels read; while a graph records,
@@ -571,8 +633,10 @@ class CudaBackend final : public Backend {
   bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
   Tensor argmax_ids_;                  // [rows] i32: greedy ids before their copy to the host
   PinnedStaging pinned_;               // to_host_f32's landing place
-  int w4_gemv_mode_ = -1;              // TESSERA_W4_GEMV: 1 the GEMV up to 16 rows, 0 from 2 rows dequantize; -1 timed
-  std::map<W4Key, bool> w4_gemv_faster_;  // per 4-bit shape of 2-16 rows: the GEMV beat dequantize + cuBLASLt
+  int w4_gemv_mode_ = -1;   // TESSERA_W4_GEMV: 1 a packed-weight kernel wherever one applies, 0 dequantize; -1 timed
+  int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)
+  int w4_tiles_mode_ = -1;  // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
+  std::map<W4Key, size_t> w4_choice_;  // per 4-bit shape: the candidate w4_choice picked
   Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
   bool capturing_ = false;             // the stream records a graph: no uploads
   bool staging_ = false;               // uploads only, no kernels (before a replay)

@@ -27,4 +27,31 @@ template <typename T>
 void launch_w4_dequantize(const uint32_t* qweight, const __half* scales, const uint8_t* zeros, int64_t n, int64_t k,
                           int64_t group_size, T* w, cudaStream_t stream);
 
+// The tensor-core path (w4a16_tiles.cu: sm_80 and newer, 16-bit activations),
+// on weights repacked at upload into its operand order:
+//   tiles      u32 [ceil(n / 16) * 16 * k / 8]   (w4_tile_words)
+//   scale_zero u32 [k / g, ceil(n / 16) * 16]    scale's f16 bits | zero << 16
+// Shapes it takes: k % 64 == 0, g % 64 == 0.
+bool w4_tiles_supported(int64_t k, int64_t group_size);
+int64_t w4_tile_words(int64_t n, int64_t k);
+int64_t w4_scale_zero_words(int64_t n, int64_t k, int64_t group_size);
+inline constexpr int64_t kW4MmaMaxRows = 64;
+
+// Canonical layout -> tiles and scale_zero (device pointers).
+void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t* zeros, int64_t n, int64_t k,
+                    int64_t group_size, uint32_t* tiles, uint32_t* scale_zero, cudaStream_t stream);
+
+// out [m, n] = x [m, k] · Wᵀ (+ bias); m <= kW4MmaMaxRows, x 16-byte aligned.
+// row_warps (1, 2, 4 or 8) of a block's 8 warps take neighbouring 16-row tiles
+// and share activations; the rest split k. More row warps re-read the
+// activations less but make fewer blocks: the caller times the choice.
+template <typename T>
+void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
+                      int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream);
+
+// w [n, k] = W from the tiles (for cuBLASLt at more rows).
+template <typename T>
+void launch_w4_dequantize_tiles(const uint32_t* tiles, const uint32_t* scale_zero, int64_t n, int64_t k,
+                                int64_t group_size, T* w, cudaStream_t stream);
+
 }  // namespace tessera::backend::cuda

@@ -1,0 +1,354 @@
+// Tensor-core W4A16 for sm_80 and newer (16-bit activations). The scalar
+// GEMV of w4a16.cu dequantizes every weight once per activation row in
+// integer and float instructions, so its cost grows with the rows; here the
+// products go to mma.sync, which takes 8 token rows at once, and a weight is
+// dequantized once for all of them (on the H200: 16 rows 2.7x the scalar
+// GEMV's tokens/s; one row about the same, both bound by load latency).
+//
+// The weights are repacked at upload into the operand order of
+// mma.m16n8k16 (A = 16 weight rows x 16 inputs, B = 16 inputs x 8 tokens):
+// a warp owns 16 output rows, and for every 64-input chunk each lane loads one
+// 16-byte word that holds exactly its A fragments of four k-steps. Lane
+// (g = lane / 4, t = lane % 4) holds rows g and g + 8. Inside a chunk the
+// inputs are permuted, the same way for A and B, so that the lane's B values
+// are 16 consecutive activations (two 16-byte loads):
+//   k-step s, mma row κ of lane t  <->  input 64c + 16t + 4s + j,
+//   κ = 2t, 2t + 1, 2t + 8, 2t + 9  for  j = 0, 1, 2, 3.
+// Word s of the lane packs its four A registers as nibble pairs (r, r + 4):
+//   register 0 = rows g,     j 0-1: nibbles 0 and 4
+//   register 1 = rows g + 8, j 0-1: nibbles 1 and 5
+//   register 2 = rows g,     j 2-3: nibbles 2 and 6
+//   register 3 = rows g + 8, j 2-3: nibbles 3 and 7
+// so (word >> 4r) & 0x000F000F | magic is register r as two 16-bit numbers
+// magic + q (magic 128 for bf16, 1024 for fp16, whose ulp is 1), and one
+// packed subtraction of magic + zero leaves q - zero, exact in either type.
+// The scale is applied to the f32 mma result per chunk, so no weight is
+// rounded to 16 bits (dequantize + GEMM rounds each one). (Feeding magic + q
+// to the mma and taking the offset out with a second mma against ones, which
+// saves the subtraction, measured slower on the H200: 8 % at one row.)
+//
+// Scales and zeros are repacked too, one u32 per (group, row): the scale's
+// f16 bits low, the zero in bits 16..19, rows contiguous.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_types.cuh"
+#include "backend/cuda/w4a16.h"
+
+namespace tessera::backend::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;       // warps of a block: row tiles x K slices
+constexpr int kChunkInputs = 64;
+// 16-byte weight loads a lane issues before it computes: 8 (128 bytes) at up
+// to 16 tokens, which at one row puts a 4096 x 4096 matrix in flight at once;
+// 4 for more tokens, whose accumulators need the registers.
+template <int NT>
+__host__ __device__ constexpr int loads_in_flight() {
+  return NT <= 2 ? 8 : 4;
+}
+
+// The 16-bit pattern of magic + 0 (its ulp is 1, so magic + q is exact for q < 16).
+template <typename T>
+__host__ __device__ constexpr uint32_t magic_bits() {
+  return std::is_same_v<T, __half> ? 0x6400u : 0x4300u;
+}
+
+__device__ __forceinline__ float scale_of(uint32_t scale_zero) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(scale_zero & 0xFFFFu)));
+}
+
+// Both halves magic + zero, from a repacked scale-and-zero word.
+template <typename T>
+__device__ __forceinline__ uint32_t magic_zero(uint32_t scale_zero) {
+  const uint32_t h = magic_bits<T>() | (scale_zero >> 16);
+  return h | (h << 16);
+}
+
+// One A register: two weights q - zero, from a word shifted to its nibble pair.
+template <typename T>
+__device__ __forceinline__ uint32_t weight_pair(uint32_t shifted, uint32_t magic_zero_pair) {
+  const uint32_t biased = (shifted & 0x000F000Fu) | (magic_bits<T>() * 0x10001u);
+  uint32_t result;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&biased),
+                              *reinterpret_cast<const __half2*>(&magic_zero_pair));
+    result = *reinterpret_cast<const uint32_t*>(&d);
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&magic_zero_pair));
+    result = *reinterpret_cast<const uint32_t*>(&d);
+#else
+    result = 0;
+#endif
+  }
+  return result;
+}
+
+// d += A (16 x 16) · B (16 x 8), f32 accumulate. Never launched below sm_80
+// (the backend tiles weights only where the kernel image is 8.0 or newer).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#endif
+}
+
+// x [m, k], tiles uint4 [n_pad / 16][k / 64][32 lanes], scale_zero u32
+// [k / g][n_pad], out [m, n]. NT tiles of 8 tokens (m <= 8 NT); RW warps of a
+// block take consecutive row tiles and share their activations through L1,
+// the other kWarps / RW split the chunks, meeting in shared memory.
+template <typename T, int NT, int RW>
+__global__ void __launch_bounds__(kWarps * 32)
+    w4a16_mma_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles, const uint32_t* __restrict__ scale_zero,
+                     const T* __restrict__ bias, int m, int n, int n_pad, int k, int chunks_per_group,
+                     T* __restrict__ out) {
+  constexpr int KW = kWarps / RW, kLoadsInFlight = loads_in_flight<NT>();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rw = warp % RW, kw = warp / RW;
+  const int row_tiles = n_pad / 16, chunks = k / kChunkInputs;
+  const int tile = min(int(blockIdx.x) * RW + rw, row_tiles - 1);  // past the end: repeats the last, never stored
+  const int g = lane / 4, t = lane % 4;
+  const int row = tile * 16 + g;
+  const uint4* weights = tiles + int64_t(tile) * chunks * 32 + lane;
+
+  float acc[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+  for (int c0 = kw; c0 < chunks; c0 += KW * kLoadsInFlight) {
+    uint4 w[kLoadsInFlight];
+    uint32_t sz_g[kLoadsInFlight], sz_g8[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int c = c0 + u * KW;
+      if (c < chunks) {
+        w[u] = __ldcs(weights + int64_t(c) * 32);  // read once: do not keep it in L1
+        const int64_t group = c / chunks_per_group;
+        sz_g[u] = __ldg(scale_zero + group * n_pad + row);
+        sz_g8[u] = __ldg(scale_zero + group * n_pad + row + 8);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int c = c0 + u * KW;
+      if (c >= chunks) break;
+      const uint32_t zero_g = magic_zero<T>(sz_g[u]), zero_g8 = magic_zero<T>(sz_g8[u]);
+      const uint32_t words[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+      uint32_t a[4][4];
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[s][r] = weight_pair<T>(words[s] >> (4 * r), r % 2 == 0 ? zero_g : zero_g8);
+      }
+      const float scale_g = scale_of(sz_g[u]), scale_g8 = scale_of(sz_g8[u]);
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        const int token = i * 8 + g;
+        uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+        if (token < m) {
+          const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(token) * k + c * kChunkInputs + t * 16);
+          x0 = __ldg(xp);
+          x1 = __ldg(xp + 1);
+        }
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_16816<T>(d, a[0], x0.x, x0.y);
+        mma_16816<T>(d, a[1], x0.z, x0.w);
+        mma_16816<T>(d, a[2], x1.x, x1.y);
+        mma_16816<T>(d, a[3], x1.z, x1.w);
+        acc[i][0] = fmaf(scale_g, d[0], acc[i][0]);
+        acc[i][1] = fmaf(scale_g, d[1], acc[i][1]);
+        acc[i][2] = fmaf(scale_g8, d[2], acc[i][2]);
+        acc[i][3] = fmaf(scale_g8, d[3], acc[i][3]);
+      }
+    }
+  }
+
+  // The K slices meet in shared memory; lane fastest, so no bank conflicts.
+  // Accumulator e of tile i: row g (+8 for e >= 2), token 8i + 2t + e % 2.
+  __shared__ float partial[KW][RW][NT * 4][32];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[kw][rw][i * 4 + e][lane] = acc[i][e];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < RW * NT * 4 * 32; idx += blockDim.x) {
+    const int l = idx % 32, e = (idx / 32) % 4, i = (idx / 128) % NT, r = idx / (128 * NT);
+    const int out_tile = int(blockIdx.x) * RW + r;
+    const int out_row = out_tile * 16 + l / 4 + (e >= 2 ? 8 : 0), token = i * 8 + 2 * (l % 4) + e % 2;
+    if (out_tile >= row_tiles || out_row >= n || token >= m) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int s = 0; s < KW; ++s) v += partial[s][r][i * 4 + e][l];
+    if (bias != nullptr) v += to_float(bias[out_row]);
+    out[int64_t(token) * n + out_row] = from_float<T>(v);
+  }
+}
+
+// Canonical nibble of weight (row o, input i); 0 past the last row.
+__device__ __forceinline__ uint32_t canonical_nibble(const uint32_t* qweight, int64_t n, int64_t k, int64_t o,
+                                                     int64_t i) {
+  if (o >= n) return 0;
+  return (qweight[o * (k / 8) + i / 8] >> (4 * (i % 8))) & 0xFu;
+}
+
+// One thread per tiled u32: word s of lane (g, t) of chunk c of row tile p.
+__global__ void w4_tile_kernel(const uint32_t* qweight, int64_t n, int64_t k, uint32_t* tiles) {
+  const int64_t chunks = k / kChunkInputs, total = (n + 15) / 16 * chunks * 128;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int s = idx % 4, lane = (idx / 4) % 32;
+    const int64_t c = (idx / 128) % chunks, p = idx / (128 * chunks);
+    const int64_t row_g = p * 16 + lane / 4, base = c * kChunkInputs + (lane % 4) * 16 + s * 4;
+    uint32_t word = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t o = r % 2 == 0 ? row_g : row_g + 8, j = r < 2 ? 0 : 2;
+      word |= canonical_nibble(qweight, n, k, o, base + j) << (4 * r);
+      word |= canonical_nibble(qweight, n, k, o, base + j + 1) << (4 * (r + 4));
+    }
+    tiles[idx] = word;
+  }
+}
+
+__global__ void w4_scale_zero_kernel(const __half* scales, const uint8_t* zeros, int64_t n, int64_t n_pad,
+                                     int64_t groups, uint32_t* scale_zero) {
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < groups * n_pad;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t group = idx / n_pad, o = idx % n_pad;
+    uint32_t v = 0;  // rows past n: scale 0
+    if (o < n) v = __half_as_ushort(scales[o * groups + group]) | (uint32_t(zeros[o * groups + group]) << 16);
+    scale_zero[idx] = v;
+  }
+}
+
+// One thread per lane word of a chunk: its 16 inputs of rows g and g + 8.
+template <typename T>
+__global__ void w4_dequantize_tiles_kernel(const uint4* tiles, const uint32_t* scale_zero, int64_t n, int64_t k,
+                                           int64_t group_size, T* w) {
+  struct alignas(16) Sixteen {
+    T v[16];
+  };
+  const int64_t chunks = k / kChunkInputs, n_pad = (n + 15) / 16 * 16, total = n_pad / 16 * chunks * 32;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int lane = idx % 32;
+    const int64_t c = (idx / 32) % chunks, p = idx / (32 * chunks);
+    const int64_t base = c * kChunkInputs + (lane % 4) * 16, group = base / group_size;
+    const uint4 packed = tiles[idx];
+    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // row g, then row g + 8
+      const int64_t o = p * 16 + lane / 4 + 8 * half;
+      if (o >= n) continue;
+      const uint32_t sz = scale_zero[group * n_pad + o];
+      const float scale = __half2float(__ushort_as_half(static_cast<unsigned short>(sz & 0xFFFFu)));
+      const float zero = static_cast<float>(sz >> 16);
+      Sixteen row;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {  // input base + 4s + j: register half + 2 (j / 2), nibble + 4 (j % 2)
+          const int nibble = half + 2 * (j / 2) + 4 * (j % 2);
+          row.v[4 * s + j] = from_float<T>((static_cast<float>((words[s] >> (4 * nibble)) & 0xFu) - zero) * scale);
+        }
+      }
+      uint4* dst = reinterpret_cast<uint4*>(w + o * k + base);
+      dst[0] = reinterpret_cast<const uint4*>(row.v)[0];
+      dst[1] = reinterpret_cast<const uint4*>(row.v)[1];
+    }
+  }
+}
+
+int grid_for(int64_t items, int threads) {
+  return static_cast<int>(std::min<int64_t>((items + threads - 1) / threads, 65535 * 16));
+}
+
+template <typename T, int NT>
+void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const T* bias, int m, int n, int k,
+               int group_size, int row_warps, T* out, cudaStream_t stream) {
+  const int n_pad = (n + 15) / 16 * 16, row_tiles = n_pad / 16;
+  const int cpg = group_size / kChunkInputs;
+  const unsigned blocks = static_cast<unsigned>((row_tiles + row_warps - 1) / row_warps);
+#define TESSERA_W4_MMA(RW) \
+  w4a16_mma_kernel<T, NT, RW><<<blocks, kWarps * 32, 0, stream>>>(x, tiles, scale_zero, bias, m, n, n_pad, k, cpg, out)
+  switch (row_warps) {
+    case 1: TESSERA_W4_MMA(1); break;
+    case 2: TESSERA_W4_MMA(2); break;
+    case 4: TESSERA_W4_MMA(4); break;
+    default: TESSERA_W4_MMA(8); break;
+  }
+#undef TESSERA_W4_MMA
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+bool w4_tiles_supported(int64_t k, int64_t group_size) {
+  return k > 0 && k % kChunkInputs == 0 && group_size % kChunkInputs == 0 && k % group_size == 0;
+}
+
+int64_t w4_tile_words(int64_t n, int64_t k) { return (n + 15) / 16 * 16 * (k / 8); }
+int64_t w4_scale_zero_words(int64_t n, int64_t k, int64_t group_size) { return (n + 15) / 16 * 16 * (k / group_size); }
+
+void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t* zeros, int64_t n, int64_t k,
+                    int64_t group_size, uint32_t* tiles, uint32_t* scale_zero, cudaStream_t stream) {
+  const int64_t n_pad = (n + 15) / 16 * 16, groups = k / group_size;
+  w4_tile_kernel<<<grid_for(w4_tile_words(n, k), 256), 256, 0, stream>>>(qweight, n, k, tiles);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  w4_scale_zero_kernel<<<grid_for(groups * n_pad, 256), 256, 0, stream>>>(scales, zeros, n, n_pad, groups,
+                                                                         scale_zero);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
+                      int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return;
+  const auto* t = reinterpret_cast<const uint4*>(tiles);
+  const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k),
+            g = static_cast<int>(group_size);
+  if (m <= 8) return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream);
+  if (m <= 16) return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream);
+  if (m <= 32) return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream);
+  return launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream);
+}
+
+template <typename T>
+void launch_w4_dequantize_tiles(const uint32_t* tiles, const uint32_t* scale_zero, int64_t n, int64_t k,
+                                int64_t group_size, T* w, cudaStream_t stream) {
+  const int64_t lane_words = (n + 15) / 16 * (k / kChunkInputs) * 32;
+  w4_dequantize_tiles_kernel<T><<<grid_for(lane_words, 256), 256, 0, stream>>>(
+      reinterpret_cast<const uint4*>(tiles), scale_zero, n, k, group_size, w);
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+#define INSTANTIATE(T)                                                                                            \
+  template void launch_w4a16_mma<T>(const T*, const uint32_t*, const uint32_t*, const T*, int64_t, int64_t,     \
+                                    int64_t, int64_t, int, T*, cudaStream_t);                                    \
+  template void launch_w4_dequantize_tiles<T>(const uint32_t*, const uint32_t*, int64_t, int64_t, int64_t, T*, \
+                                              cudaStream_t);
+INSTANTIATE(__half)
+INSTANTIATE(__nv_bfloat16)
+#undef INSTANTIATE
+
+}  // namespace tessera::backend::cuda
