@@ -11,8 +11,9 @@
 //     KV-head chunks × sequences), so one long sequence fills the GPU too;
 //   - inside a block, lanes form row groups of kLanes lanes, each lane holding
 //     kPerLane elements of a K/V row (one or two 16-byte loads); a warp covers
-//     32 / kLanes positions per iteration, four warps interleave, each row
-//     group keeps an online softmax (max, sum, weighted V) per query head;
+//     32 / kLanes positions per step, four warps interleave, each row group
+//     keeps an online softmax (max, sum, weighted V) per query head; the
+//     loads of four steps are issued together;
 //   - the row groups' states merge through shared memory; with one split the
 //     block writes the output, otherwise each split writes its normalised
 //     output and log-sum-exp (f32) and a combine kernel weighs them.
@@ -137,39 +138,55 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     }
   }
 
-  // The loop bound is the warp's, so every lane reaches the shuffles; rows past `end` only skip updates.
-  for (int32_t base = begin + warp * L::kRowsPerWarp; base < end; base += kDecodeWarps * L::kRowsPerWarp) {
-    const int32_t p = base + row_in_warp;
-    const bool valid = p < end;
-    float k[L::kPerLane], v[L::kPerLane];
+  // kUnroll row steps per pass: every K/V load of the pass is issued before the
+  // first dot product, so a split of a short context waits for memory once,
+  // not once per row step (at batch 1 the loads' latency is the kernel's time).
+  // The loop bounds are the warp's, so every lane reaches the shuffles; rows
+  // past `end` only skip updates.
+  constexpr int kStep = kDecodeWarps * L::kRowsPerWarp, kUnroll = L::kLoads == 1 ? 4 : 2;
+  for (int32_t pass = begin + warp * L::kRowsPerWarp; pass < end; pass += kUnroll * kStep) {
+    uint4 kr[kUnroll][L::kLoads], vr[kUnroll][L::kLoads];
 #pragma unroll
-    for (int j = 0; j < L::kLoads; ++j) {
-      const int chunk = j * L::kLanes + li;
-      uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-      if (valid && chunk < L::kChunks) {
-        const int64_t row =
-            ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim;
-        kr = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
-        vr = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t p = pass + u * kStep + row_in_warp;
+      const int64_t row =
+          p < end ? ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim : 0;
+#pragma unroll
+      for (int j = 0; j < L::kLoads; ++j) {
+        const int chunk = j * L::kLanes + li;
+        kr[u][j] = vr[u][j] = make_uint4(0, 0, 0, 0);
+        if (p < end && chunk < L::kChunks) {
+          kr[u][j] = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
+          vr[u][j] = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
+        }
       }
-      to_floats(kr, k + j * L::kVec, T{});
-      to_floats(vr, v + j * L::kVec, T{});
     }
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g >= count) break;
-      float dot = 0.0f;
+    for (int u = 0; u < kUnroll; ++u) {
+      if (pass + u * kStep >= end) break;  // the same for the whole warp
+      const bool valid = pass + u * kStep + row_in_warp < end;
+      float k[L::kPerLane], v[L::kPerLane];
 #pragma unroll
-      for (int e = 0; e < L::kPerLane; ++e) dot = fmaf(q[g][e], k[e], dot);
+      for (int j = 0; j < L::kLoads; ++j) {
+        to_floats(kr[u][j], k + j * L::kVec, T{});
+        to_floats(vr[u][j], v + j * L::kVec, T{});
+      }
 #pragma unroll
-      for (int offset = L::kLanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      if (valid) {
-        const float m_new = fmaxf(m[g], dot);
-        const float correction = __expf(m[g] - m_new), weight = __expf(dot - m_new);
-        l[g] = l[g] * correction + weight;
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= count) break;
+        float dot = 0.0f;
 #pragma unroll
-        for (int e = 0; e < L::kPerLane; ++e) acc[g][e] = fmaf(acc[g][e], correction, weight * v[e]);
-        m[g] = m_new;
+        for (int e = 0; e < L::kPerLane; ++e) dot = fmaf(q[g][e], k[e], dot);
+#pragma unroll
+        for (int offset = L::kLanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        if (valid) {
+          const float m_new = fmaxf(m[g], dot);
+          const float correction = __expf(m[g] - m_new), weight = __expf(dot - m_new);
+          l[g] = l[g] * correction + weight;
+#pragma unroll
+          for (int e = 0; e < L::kPerLane; ++e) acc[g][e] = fmaf(acc[g][e], correction, weight * v[e]);
+          m[g] = m_new;
+        }
       }
     }
   }
