@@ -2,8 +2,9 @@
 // and a scale per group (AWQ, W4A16). The activations stay 16-bit (or f32);
 // only the weight is 4-bit.
 //
-// The canonical layout, on the host and (for the CUDA backend) on the device,
-// for a weight of [out, in] (out = output channels, in = input features, g =
+// The canonical layout, on the host and on a device whose backend keeps no
+// layout of its own (the CUDA backend's tensor-core tiles, backend_layout
+// below, are made from it at upload), for a weight of [out, in] (out = output channels, in = input features, g =
 // group_size; in % g == 0, g % 32 == 0):
 //   qweight  i32 [out, in / 8]   word w of row o holds inputs 8w .. 8w + 7,
 //                                 input 8w + i in bits 4i .. 4i + 3 (natural order)

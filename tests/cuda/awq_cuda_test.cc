@@ -157,6 +157,7 @@ TEST_P(AwqCudaVsCpu, AFlippedNibbleIsCaught) {
 // group multiples of 64 and n not a multiple of 16.
 TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
   if (dtype_ == DType::kF32) GTEST_SKIP() << "f32 activations keep the canonical layout";
+  if (cuda_device_info(0).effective_capability() < 80) GTEST_SKIP() << "no mma.sync kernel image below 8.0";
   struct Case {
     int64_t n, k, group;
   };
@@ -165,7 +166,7 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
   for (const Case& s : cases) {
     const QuantizedWeight w = random_weight(s.n, s.k, s.group, seed++);
     const QuantizedWeight device = cuda_->upload_quantized_weight(w);
-    ASSERT_TRUE(device.backend_layout) << "sm_80+ with 16-bit activations uploads tiles";
+    ASSERT_TRUE(device.backend_layout) << "an 8.0+ kernel image with 16-bit activations uploads tiles";
     for (int64_t m : {1, 3, 8, 9, 16, 29, 64}) {
       Tensor x = random({m, s.k}, seed), bias = random({s.n}, seed + 1);
       ++seed;
@@ -198,6 +199,7 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
 // the CPU's (q - zero) * scale rounded to the activation type, bit for bit.
 TEST_P(AwqCudaVsCpu, TilesDequantizeToTheCanonicalWeights) {
   if (dtype_ == DType::kF32) GTEST_SKIP() << "f32 activations keep the canonical layout";
+  if (cuda_device_info(0).effective_capability() < 80) GTEST_SKIP() << "no mma.sync kernel image below 8.0";
   for (auto [n, k, group] : {std::tuple<int64_t, int64_t, int64_t>{40, 64, 64}, {1000, 384, 128}, {130, 1024, 64}}) {
     const QuantizedWeight w = random_weight(n, k, group, static_cast<uint32_t>(n + k));
     const QuantizedWeight device = cuda_->upload_quantized_weight(w);

@@ -461,7 +461,6 @@ class CudaBackend final : public Backend {
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* bias_ptr = bias.defined() ? ptr<T>(bias) : nullptr;
-      std::vector<std::function<void()>> candidates;  // [0] is dequantize + cuBLASLt
       auto dequantize_gemm = [&](auto dequantize) {
         Tensor dense = Tensor::empty({n, k}, x.dtype(), *allocator_);  // stream-ordered: reused by the pool
         dequantize(ptr<T>(dense));
@@ -472,37 +471,34 @@ class CudaBackend final : public Backend {
         if constexpr (std::is_same_v<T, float>) {
           throw Error(ErrorKind::kInternal, "cuda linear_quantized: tiled 4-bit weights with f32 activations");
         } else {
+          // Candidate 0: dequantize + cuBLASLt; 1-4: the kernel with 1, 2, 4, 8 row warps.
           const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
-          candidates.push_back([&] {
-            dequantize_gemm([&](T* dense) {
-              cuda::launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_);
-            });
-          });
-          if (m <= cuda::kW4MmaMaxRows) {
-            for (int row_warps : {1, 2, 4, 8}) {
-              candidates.push_back([&, row_warps] {
-                cuda::launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, row_warps,
-                                          ptr<T>(out), stream_);
+          auto run = [&](size_t candidate) {
+            if (candidate == 0) {
+              return dequantize_gemm([&](T* dense) {
+                cuda::launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_);
               });
             }
-          }
+            cuda::launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
+                                      1 << (candidate - 1), ptr<T>(out), stream_);
+          };
+          run(w4_choice({m, n, k, x.dtype(), true}, m <= cuda::kW4MmaMaxRows ? 5 : 1, false, run));
         }
       } else {
+        // Candidate 0: dequantize + cuBLASLt; 1: the scalar GEMV.
         const auto* scales = static_cast<const __half*>(w.scales.raw_data());
         const auto* zeros = static_cast<const uint8_t*>(w.zeros.raw_data());
-        candidates.push_back([&] {
-          dequantize_gemm([&](T* dense) {
-            cuda::launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, dense, stream_);
-          });
-        });
-        if (m <= cuda::kW4GemvMaxRows) {
-          candidates.push_back([&] {
-            cuda::launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias_ptr, m, n, k, w.group_size,
-                                       ptr<T>(out), stream_);
-          });
-        }
+        auto run = [&](size_t candidate) {
+          if (candidate == 0) {
+            return dequantize_gemm([&](T* dense) {
+              cuda::launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, dense, stream_);
+            });
+          }
+          cuda::launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias_ptr, m, n, k, w.group_size, ptr<T>(out),
+                                     stream_);
+        };
+        run(w4_choice({m, n, k, x.dtype(), false}, m <= cuda::kW4GemvMaxRows ? 2 : 1, m == 1, run));
       }
-      candidates[w4_choice({m, n, k, x.dtype(), w.backend_layout}, candidates, !w.backend_layout && m == 1)]();
     });
   }
 
@@ -545,21 +541,23 @@ class CudaBackend final : public Backend {
     return kernel_capability_ >= 80;
   }
 
-  // Index of the 4-bit candidate to run: 0 is dequantize + cuBLASLt. Each
-  // shape's first call times them all (never while recording a graph: a shape
-  // recorded there has run before) and remembers the fastest.
-  // TESSERA_W4_GEMV=1 forces the fastest kernel that reads the packed weights
-  // (tests: the kernel wherever it applies), 0 dequantize + cuBLASLt.
-  size_t w4_choice(const W4Key& key, const std::vector<std::function<void()>>& candidates, bool untimed_kernel) {
-    if (candidates.size() == 1 || w4_gemv_mode_ == 0) return 0;
+  // Index of the 4-bit candidate to run, of `count` (0 is dequantize +
+  // cuBLASLt; `run(i)` runs candidate i). Each shape's first call times them
+  // all (never while recording a graph: a shape recorded there has run
+  // before) and remembers the fastest; untimed_kernel takes candidate 1 as it
+  // is. TESSERA_W4_GEMV=1 times only the kernels that read the packed weights
+  // (tests: a kernel wherever one applies), 0 takes dequantize + cuBLASLt.
+  template <typename Run>
+  size_t w4_choice(const W4Key& key, size_t count, bool untimed_kernel, const Run& run) {
+    if (count == 1 || w4_gemv_mode_ == 0) return 0;
     auto it = w4_choice_.find(key);
     if (it != w4_choice_.end()) return it->second;
     if (capturing_ || untimed_kernel) return 1;
     size_t best = w4_gemv_mode_ == 1 ? 1 : 0;
     double best_s = 1e30;
     std::string timings;
-    for (size_t i = best; i < candidates.size(); ++i) {
-      const double s = time_per_call(candidates[i], 3);
+    for (size_t i = best; i < count; ++i) {
+      const double s = time_per_call([&] { run(i); }, 3);
       timings += fmt::format(" {:.1f}", s * 1e6);
       if (s < best_s) best = i, best_s = s;
     }
