@@ -15,6 +15,7 @@
 
 #include "comm/comm_plan.h"
 #include "comm/communicator.h"
+#include "comm/nccl_communicator.h"
 
 namespace tessera::comm {
 
@@ -31,7 +32,7 @@ class CommGroup {
   virtual ~CommGroup() = default;
   virtual CommKind kind() const = 0;
   virtual int world_size() const = 0;
-  // Rank `rank`'s communicator, on CUDA device plan.devices[rank] and the
+  // Rank `rank`'s communicator (a global rank), on its CUDA device and the
   // cudaStream_t `stream` (null for CPU ranks). Call on the rank's thread.
   virtual std::unique_ptr<Communicator> make_rank(int rank, void* stream) = 0;
   // Fails the group for a rank that cannot make (or no longer has) its
@@ -41,5 +42,12 @@ class CommGroup {
 
 // Throws Error(kUnsupported) when the plan's kind is not in this build.
 std::shared_ptr<CommGroup> make_comm_group(const CommPlan& plan, int world_size, const CommGroupOptions& options = {});
+
+// This node's part of an NCCL group that spans nodes: global ranks
+// first_rank .. first_rank + devices.size() - 1 of world_size, rank
+// first_rank + i on CUDA device devices[i], all from node 0's unique id
+// (comm/tcp_rendezvous.h carries it). make_rank takes global ranks.
+std::shared_ptr<CommGroup> make_nccl_node_group(const std::vector<int>& devices, int first_rank, int world_size,
+                                                const NcclUniqueId& id, const CommGroupOptions& options = {});
 
 }  // namespace tessera::comm

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "comm/tcp_rendezvous.h"
 #include "core/error.h"
 
 namespace tessera::comm {
@@ -13,6 +14,7 @@ namespace tessera::comm {
 const char* comm_kind_name(CommKind kind) {
   switch (kind) {
     case CommKind::kThread: return "thread";
+    case CommKind::kTcp: return "tcp";
     case CommKind::kNccl: return "nccl";
     case CommKind::kCustom: return "custom";
     case CommKind::kSameDevice: return "same-device";
@@ -48,9 +50,48 @@ bool every_pair_has_peer_access(const std::vector<int>& devices, const std::vect
   return true;
 }
 
+namespace {
+
+// Several nodes: this node's ranks, CPU threads or one GPU each, and NCCL
+// between GPUs (the custom all-reduce needs peer access, which ends at the node).
+CommPlan choose_node_comm(const CommRequest& request) {
+  const int local = ranks_per_node(request.world_size, request.nnodes, 0);
+  CommPlan plan;
+  if (!request.on_gpu) {
+    plan.kind = CommKind::kTcp;
+    plan.reason = fmt::format("{} CPU rank(s) on each of {} nodes, every collective over TCP through rank 0", local,
+                              request.nnodes);
+    return plan;
+  }
+  if (request.same_device) {
+    throw Error(ErrorKind::kInvalidArgument, "TESSERA_TP_SAME_DEVICE does not apply across nodes",
+                "unset TESSERA_TP_SAME_DEVICE, or run one node (--nnodes 1)");
+  }
+  if (!request.nccl_available) {
+    throw Error(ErrorKind::kUnsupported, "tensor parallelism across nodes needs NCCL, and this build has none",
+                "build with NCCL installed");
+  }
+  const int available = request.visible_gpus - request.first_device;
+  if (local > available) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--tp {} over {} nodes runs {} ranks on each node, but {} GPU(s) are visible from cuda:{}",
+                            request.world_size, request.nnodes, local, std::max(available, 0), request.first_device),
+                "use --tp (GPUs per node x --nnodes), or make more GPUs visible (CUDA_VISIBLE_DEVICES)");
+  }
+  plan.kind = CommKind::kNccl;
+  for (int r = 0; r < local; ++r) plan.devices.push_back(request.first_device + r);
+  plan.reason = fmt::format("{} GPU rank(s) on each of {} nodes: NCCL for every collective (the custom all-reduce "
+                            "needs peer access, which ends at the node)",
+                            local, request.nnodes);
+  return plan;
+}
+
+}  // namespace
+
 CommPlan choose_comm(const CommRequest& request) {
   const int world = request.world_size;
   if (world < 1) throw Error(ErrorKind::kInvalidArgument, fmt::format("--tp {}: needs at least one rank", world));
+  if (request.nnodes > 1) return choose_node_comm(request);
   CommPlan plan;
   if (!request.on_gpu) {
     plan.kind = CommKind::kThread;

@@ -4,6 +4,8 @@
 // a GPU and can be printed by `tessera check_env`.
 //
 //   thread       CPU ranks: threads of this process sharing host memory.
+//   tcp          CPU ranks over several nodes (--nnodes): every collective
+//                over each rank's TCP link to rank 0 (tcp_communicator.h).
 //   nccl         one GPU per rank, NCCL for every collective.
 //   custom       one GPU per rank, every pair with peer access: all-reduces
 //                up to kCustomMaxBytes by the one-shot / two-shot kernels
@@ -20,9 +22,9 @@
 
 namespace tessera::comm {
 
-enum class CommKind { kThread, kNccl, kCustom, kSameDevice };
+enum class CommKind { kThread, kTcp, kNccl, kCustom, kSameDevice };
 
-const char* comm_kind_name(CommKind kind);  // "thread", "nccl", "custom", "same-device"
+const char* comm_kind_name(CommKind kind);  // "thread", "tcp", "nccl", "custom", "same-device"
 
 // Messages up to this size take the custom all-reduce; larger ones NCCL.
 inline constexpr size_t kCustomMaxBytes = size_t{8} << 20;
@@ -38,7 +40,8 @@ const char* all_reduce_algorithm_name(AllReduceAlgorithm algorithm);  // "auto",
 AllReduceAlgorithm pick_all_reduce(size_t bytes, int world_size, AllReduceAlgorithm forced = AllReduceAlgorithm::kAuto);
 
 struct CommRequest {
-  int world_size = 1;
+  int world_size = 1;  // ranks of the group, over every node
+  int nnodes = 1;      // > 1: this node runs world_size / nnodes of them (--nnodes)
   bool on_gpu = false;
   int visible_gpus = 0;
   bool same_device = false;               // TESSERA_TP_SAME_DEVICE=1: every rank on `first_device`
@@ -52,13 +55,18 @@ struct CommRequest {
 
 struct CommPlan {
   CommKind kind = CommKind::kThread;
-  std::vector<int> devices;  // rank r runs on CUDA device devices[r]; empty for CPU ranks
+  // This node's r-th rank runs on CUDA device devices[r]; empty for CPU ranks.
+  // Across nodes, CPU ranks talk over their tcp links (comm/tcp_rendezvous.h)
+  // and GPU ranks through NCCL.
+  std::vector<int> devices;
   std::string reason;        // one line for the start-up log and check_env
 };
 
 // Throws Error(kInvalidArgument) when there are fewer GPUs than ranks (naming
-// the same-device switch for tests and --tp values that fit) and
-// Error(kUnsupported) when neither NCCL nor peer access can connect the GPUs.
+// the same-device switch for tests and --tp values that fit; across nodes, the
+// ranks of one node count), or the ranks do not split over the nodes, and
+// Error(kUnsupported) when neither NCCL nor peer access can connect the GPUs
+// (across nodes: without NCCL).
 CommPlan choose_comm(const CommRequest& request);
 
 // TESSERA_TP_SAME_DEVICE: "1", "true", "yes", "on" → true; unset, "0", "false",

@@ -2,7 +2,8 @@
 // the stream of the backend that owns the tensors.
 //
 // Every rank of a process group is made from the same unique id (made once,
-// shared in-process; across nodes it travels over TCP, not yet written), each
+// shared in-process; across nodes it travels with the rendezvous,
+// comm/tcp_rendezvous.h), each
 // on its own thread: make_nccl_communicator(id, rank, world_size, ...). The
 // communicator is non-blocking (NCCL's config.blocking = 0): initialisation
 // and each collective are polled against the timeout, and a collective is

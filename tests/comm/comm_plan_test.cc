@@ -46,6 +46,32 @@ TEST(CommPlan, CpuRanksTakeThreads) {
   EXPECT_TRUE(plan.devices.empty());
 }
 
+TEST(CommPlan, SeveralNodesTakeTcpForCpuRanksAndNcclForGpus) {
+  comm::CommRequest cpu;
+  cpu.world_size = 4;
+  cpu.nnodes = 2;
+  comm::CommPlan plan = comm::choose_comm(cpu);
+  EXPECT_EQ(plan.kind, CommKind::kTcp) << plan.reason;
+  EXPECT_NE(plan.reason.find("2 CPU rank(s) on each of 2 nodes"), std::string::npos) << plan.reason;
+  // Peer access everywhere, yet NCCL: the custom all-reduce stops at the node.
+  comm::CommRequest gpu = gpus(8, 4);
+  gpu.nnodes = 2;
+  plan = comm::choose_comm(gpu);
+  EXPECT_EQ(plan.kind, CommKind::kNccl) << plan.reason;
+  EXPECT_EQ(plan.devices, (std::vector<int>{0, 1, 2, 3}));  // this node's four
+  std::string message;
+  gpu.world_size = 16;  // eight per node, four visible
+  EXPECT_EQ(kind_of(gpu, &message), ErrorKind::kInvalidArgument);
+  EXPECT_NE(message.find("runs 8 ranks on each node, but 4 GPU(s)"), std::string::npos) << message;
+  gpu.world_size = 5;  // does not split over two nodes
+  EXPECT_EQ(kind_of(gpu, &message), ErrorKind::kInvalidArgument);
+  EXPECT_NE(message.find("does not split over --nnodes 2"), std::string::npos) << message;
+  gpu.world_size = 4;
+  gpu.nccl_available = false;
+  EXPECT_EQ(kind_of(gpu, &message), ErrorKind::kUnsupported);
+  EXPECT_NE(message.find("needs NCCL"), std::string::npos) << message;
+}
+
 TEST(CommPlan, EveryPairWithPeerAccessTakesCustom) {
   comm::CommPlan plan = comm::choose_comm(gpus(4, 8));
   EXPECT_EQ(plan.kind, CommKind::kCustom) << plan.reason;
