@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/cpu_executor.h"
+#include "engine/step_message.h"
 #include "model/shard.h"
 
 namespace tessera::engine {
@@ -18,6 +19,17 @@ std::string describe(const std::exception_ptr& error) {
     return e.what();
   } catch (...) {
     return "an unknown exception";
+  }
+}
+
+// An Error's message alone (what() adds its kind and hint).
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e.message();
+  } catch (...) {
+    return describe(error);
   }
 }
 
@@ -37,12 +49,15 @@ TpExecutor::TpExecutor(const model::HostModel& model, const TpExecutorConfig& co
     : spec_(model.spec), config_(config) {
   model::check_tp_size(spec_, config_.tp);
   const comm::CommPlan& plan = config_.comm_plan;
-  if (plan.kind != comm::CommKind::kThread && static_cast<int>(plan.devices.size()) != config_.tp) {
+  const int local = multi_node() ? static_cast<int>(config_.nodes->links.size()) : config_.tp;
+  const int first_rank = multi_node() ? config_.nodes->first_rank : 0;
+  const bool cpu_ranks = plan.kind == comm::CommKind::kThread || plan.kind == comm::CommKind::kTcp;
+  if (!cpu_ranks && static_cast<int>(plan.devices.size()) != local) {
     throw Error(ErrorKind::kInternal, fmt::format("a {} plan with {} devices for {} ranks",
-                                                  comm::comm_kind_name(plan.kind), plan.devices.size(), config_.tp));
+                                                  comm::comm_kind_name(plan.kind), plan.devices.size(), local));
   }
   if (!config_.make_backend) {
-    if (plan.kind == comm::CommKind::kThread) {
+    if (cpu_ranks) {
       config_.make_backend = [](int) { return backend::make_cpu_backend(); };
     } else {
       config_.make_backend = [devices = plan.devices, dtype = config_.compute_dtype](int rank) {
@@ -50,18 +65,29 @@ TpExecutor::TpExecutor(const model::HostModel& model, const TpExecutorConfig& co
       };
     }
   }
-  group_ = comm::make_comm_group(plan, config_.tp, {config_.comm_timeout, config_.all_reduce_algorithm});
-  for (int r = 0; r < config_.tp; ++r) {
+  const comm::CommGroupOptions options{config_.comm_timeout, config_.all_reduce_algorithm};
+  if (!multi_node()) {
+    group_ = comm::make_comm_group(plan, config_.tp, options);
+  } else if (plan.kind == comm::CommKind::kNccl) {
+    if (!config_.nodes->nccl_id) throw Error(ErrorKind::kInternal, "a multi-node NCCL group without node 0's id");
+    group_ = comm::make_nccl_node_group(plan.devices, first_rank, config_.tp, *config_.nodes->nccl_id, options);
+  } else if (plan.kind != comm::CommKind::kTcp) {
+    throw Error(ErrorKind::kInternal,
+                fmt::format("a {} group cannot span nodes", comm::comm_kind_name(plan.kind)));
+  }  // CPU ranks over several nodes: their host links are the communicators
+  for (int r = 0; r < local; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->index = r;
+    rank->global = first_rank + r;
+    if (multi_node()) rank->link = std::move(config_.nodes->links[r]);
     ranks_.push_back(std::move(rank));
   }
   for (auto& rank : ranks_) rank->thread = std::thread([this, r = rank.get()] { work(*r); });
   try {
     run_on_all([&](Rank& rank) {
       rank.backend = config_.make_backend(rank.index);
-      rank.comm = group_->make_rank(rank.index, rank.backend->stream_handle());
-      rank.model = model::make_transformer(model, *rank.backend, rank.comm.get());
+      if (group_) rank.comm = group_->make_rank(rank.global, rank.backend->stream_handle());
+      rank.model = model::make_transformer(model, *rank.backend, rank.collectives());
       rank.cache = rank.model->allocate_cache(config_.num_blocks, config_.block_size);
     }, /*rebuild_on_failure=*/false);
   } catch (...) {
@@ -71,7 +97,7 @@ TpExecutor::TpExecutor(const model::HostModel& model, const TpExecutorConfig& co
 }
 
 std::string TpExecutor::communicator_name() const {
-  return ranks_.empty() || !ranks_[0]->comm ? "none" : ranks_[0]->comm->backend_name();
+  return ranks_.empty() || !ranks_[0]->collectives() ? "none" : ranks_[0]->collectives()->backend_name();
 }
 
 void TpExecutor::Rank::release() noexcept {
@@ -79,10 +105,20 @@ void TpExecutor::Rank::release() noexcept {
   cache = backend::PagedKvCache();
   model.reset();
   comm.reset();  // waits for its stream, which the backend still owns
+  link.reset();
   backend.reset();
 }
 
-TpExecutor::~TpExecutor() { stop(); }
+TpExecutor::~TpExecutor() {
+  if (multi_node() && config_.nodes->first_rank == 0 && !broken_) {
+    // Tell the worker nodes to leave follow(); errors (a node already gone)
+    // only mean there is nobody left to tell.
+    run_job([](Rank& rank) {
+      if (rank.link) send_step(*rank.link, nullptr);
+    });
+  }
+  stop();
+}
 
 void TpExecutor::stop() noexcept {
   {
@@ -110,11 +146,13 @@ void TpExecutor::work(Rank& rank) {
       (*job)(rank);
     } catch (...) {
       rank.error = std::current_exception();
+      const std::string reason = describe(rank.error);
       if (rank.comm) {
-        rank.comm->abort(describe(rank.error));
+        rank.comm->abort(reason);
       } else if (group_) {
-        group_->abort(rank.index, describe(rank.error));
+        group_->abort(rank.global, reason);
       }
+      if (rank.link) rank.link->abort(reason);  // ranks on other nodes, waiting for a step or a collective
     }
     {
       std::lock_guard lock(mutex_);
@@ -138,9 +176,10 @@ void TpExecutor::run_job(const std::function<void(Rank&)>& job) {
 void TpExecutor::run_on_all(const std::function<void(Rank&)>& job, bool rebuild_on_failure) {
   if (broken_) {
     throw Error(ErrorKind::kDeviceFailure,
-                fmt::format("the tensor-parallel group ({}) failed and could not be built again",
-                            comm::comm_kind_name(config_.comm_plan.kind)),
-                "restart the server; see the earlier error for the cause");
+                multi_node() ? fmt::format("the tensor-parallel group across nodes failed: {}", broken_reason_)
+                             : fmt::format("the tensor-parallel group ({}) failed and could not be built again",
+                                           comm::comm_kind_name(config_.comm_plan.kind)),
+                multi_node() ? "restart every node" : "restart the server; see the earlier error for the cause");
   }
   run_job(job);
   // The root cause: the first rank whose error is its own, not the comm
@@ -153,12 +192,24 @@ void TpExecutor::run_on_all(const std::function<void(Rank&)>& job, bool rebuild_
   }
   if (!failed) return;
   const std::exception_ptr root = failed->error;  // rebuilding clears the ranks' errors
-  const int failed_rank = failed->index;
-  if (rebuild_on_failure) rebuild_group();
+  const int failed_rank = failed->global;
+  if (multi_node()) {
+    // A group over nodes is made once, at the rendezvous: the executor is
+    // unusable from here on, and the engine must know at once.
+    broken_ = true;
+    broken_reason_ = fmt::format("rank {}: {}", failed_rank, message_of(root));
+    throw Error(ErrorKind::kDeviceFailure,
+                fmt::format("tensor-parallel rank {} of {}: {}; the group across nodes cannot be built again",
+                            failed_rank, config_.tp, message_of(root)),
+                "restart every node; a node that is gone is named above, and its log says why");
+  }
+  if (rebuild_on_failure) {
+    rebuild_group();
+  }
   try {
     std::rethrow_exception(root);
   } catch (const Error& e) {
-    throw Error(e.kind(), fmt::format("tensor-parallel rank {} of {}: {}", failed_rank, ranks_.size(), e.message()),
+    throw Error(e.kind(), fmt::format("tensor-parallel rank {} of {}: {}", failed_rank, config_.tp, e.message()),
                 e.hint());
   }
 }
@@ -187,12 +238,24 @@ void TpExecutor::rebuild_group() {
 Tensor TpExecutor::forward(const model::ForwardBatch& batch) {
   std::function<void(int)> hook = hook_;
   run_on_all([&](Rank& rank) {
-    if (hook) hook(rank.index);
+    if (hook) hook(rank.global);
+    if (rank.link) send_step(*rank.link, &batch);
     rank.logits = rank.model->forward(batch, rank.cache);
   });
   Tensor logits = std::move(ranks_[0]->logits);
   for (auto& rank : ranks_) rank->logits = Tensor();
   return logits;
+}
+
+void TpExecutor::follow() {
+  if (!multi_node()) throw Error(ErrorKind::kInternal, "follow() on an executor of one process");
+  std::function<void(int)> hook = hook_;
+  run_on_all([&](Rank& rank) {
+    while (std::optional<model::ForwardBatch> batch = receive_step(*rank.link)) {
+      if (hook) hook(rank.global);
+      rank.model->forward(*batch, rank.cache);
+    }
+  }, /*rebuild_on_failure=*/false);
 }
 
 StepOutput TpExecutor::execute(const StepPlan& plan) {

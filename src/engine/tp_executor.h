@@ -12,13 +12,23 @@
 // the full logits (the LM head's all-gather); rank 0's are returned for
 // sampling.
 //
+// Several nodes (config.nodes, from comm::rendezvous): this process runs
+// global ranks first_rank .. first_rank + links - 1 of tp. Node 0's executor
+// is the engine's: each forward first sends the step (engine/step_message.h)
+// over the ranks' host links, then every rank runs it. A worker node's
+// executor only follows: follow() runs each step node 0 sends until node 0
+// says stop (its executor's destruction) or the group fails. CPU ranks use
+// their host link for every collective; GPU ranks an NCCL group over the
+// nodes (node 0's unique id came with the rendezvous).
+//
 // Failures: an exception on any rank aborts the group, so peers blocked in a
 // collective fail at once instead of waiting; a rank that stalls makes its
 // peers fail after the communicator's timeout. The step then throws the first
 // rank's own error (one that is not just a consequence of the abort), its kind
 // kept and the rank named, and the communicators are built again so the next
 // step runs normally. Nothing hangs on a missing rank, nothing aborts the
-// process.
+// process. Across nodes the group cannot be built again: a failed step
+// breaks the executor (every later step is kDeviceFailure naming the cause).
 #pragma once
 
 #include <chrono>
@@ -34,6 +44,7 @@
 #include "comm/comm_group.h"
 #include "comm/comm_plan.h"
 #include "comm/communicator.h"
+#include "comm/tcp_rendezvous.h"
 #include "engine/executor.h"
 #include "model/transformer.h"
 
@@ -49,9 +60,14 @@ struct TpExecutorConfig {
   comm::CommPlan comm_plan;
   DType compute_dtype = DType::kF32;  // of the default CUDA backends
   comm::AllReduceAlgorithm all_reduce_algorithm = comm::AllReduceAlgorithm::kAuto;  // tests force one
-  // Makes rank r's backend, on that rank's thread. Default: the CPU backend
-  // for a thread plan, else the CUDA backend on comm_plan.devices[r].
+  // Makes this process's r-th rank's backend, on that rank's thread. Default:
+  // the CPU backend for a thread plan, else the CUDA backend on
+  // comm_plan.devices[r].
   std::function<std::unique_ptr<backend::Backend>(int rank)> make_backend;
+  // Several nodes: what the rendezvous left (its links are moved into the
+  // ranks; tp is the whole group's size, comm_plan's devices this node's).
+  // Null: every rank in this process.
+  std::shared_ptr<comm::Rendezvous> nodes;
 };
 
 class TpExecutor : public Executor {
@@ -72,20 +88,29 @@ class TpExecutor : public Executor {
   // [batch.logit_rows.size(), vocab].
   Tensor forward(const model::ForwardBatch& batch);
 
-  int tp() const { return static_cast<int>(ranks_.size()); }
+  // A worker node: runs node 0's steps until node 0 says stop (returns) or
+  // the group fails (throws the first rank's error).
+  void follow();
+
+  int tp() const { return config_.tp; }
+  int local_ranks() const { return static_cast<int>(ranks_.size()); }
   // The communicator backend of the ranks ("thread", "nccl", "custom+nccl", "same-device", ...).
   std::string communicator_name() const;
   const model::ModelSpec& spec() const { return spec_; }
 
-  // Runs on each rank's thread at the start of each forward (tests make a rank
-  // fail or stall with it). Set it between steps only.
+  // Runs on each rank's thread, with its global rank, at the start of each
+  // forward (tests make a rank fail or stall with it). Set it between steps only.
   void set_rank_hook(std::function<void(int rank)> hook) { hook_ = std::move(hook); }
 
  private:
   struct Rank {
-    int index = 0;
+    int index = 0;   // in this process
+    int global = 0;  // in the group
     std::unique_ptr<backend::Backend> backend;
     std::unique_ptr<comm::Communicator> comm;  // destroyed before the backend whose stream it uses
+    // Several nodes: the host channel to rank 0 (steps; every collective of CPU ranks, when comm is null).
+    std::unique_ptr<comm::TcpCommunicator> link;
+    comm::Communicator* collectives() const { return comm ? comm.get() : link.get(); }
     std::unique_ptr<model::Transformer> model;
     backend::PagedKvCache cache;
     Tensor logits;
@@ -103,12 +128,14 @@ class TpExecutor : public Executor {
   void run_on_all(const std::function<void(Rank&)>& job, bool rebuild_on_failure = true);
   void rebuild_group();
   void stop() noexcept;
+  bool multi_node() const { return config_.nodes != nullptr; }
 
   model::ModelSpec spec_;
   TpExecutorConfig config_;
   std::shared_ptr<comm::CommGroup> group_;  // the group the ranks' communicators were made from
   std::vector<std::unique_ptr<Rank>> ranks_;
   bool broken_ = false;  // a failed group could not be built again: every step fails
+  std::string broken_reason_;
   std::function<void(int)> hook_;
 
   std::mutex mutex_;  // guards job_, job_id_, pending_, stopping_
