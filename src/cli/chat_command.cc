@@ -59,6 +59,10 @@ text::ChatMessage message(std::string role, const std::string& content) {
 }
 
 int run_chat(const ChatArgs& a) {
+  if (a.engine.node_rank > 0) {
+    throw Error(ErrorKind::kInvalidArgument, "a worker node (--node-rank > 0) has no terminal to chat in",
+                "start worker nodes with `tessera serve api_server ... --node-rank N`; chat runs on node 0");
+  }
   std::unique_ptr<ServingModel> model = load_serving_model(a.engine);
   if (log_level() == LogLevel::kInfo) set_log_level(LogLevel::kWarning);  // one log line per reply would interleave
   const text::Tokenizer& tokenizer = *model->tokenizer;

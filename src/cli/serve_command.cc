@@ -128,8 +128,21 @@ std::string curl_example(const ServeArgs& a, const std::string& host, uint16_t p
       host, port, a.api_keys.empty() ? "" : " -H 'Authorization: Bearer YOUR_KEY'", model);
 }
 
+// A worker node (--node-rank > 0) serves no HTTP: it loads its ranks, meets
+// node 0, and runs node 0's steps until node 0 stops (exit 0) or the group
+// fails (the error, exit 1).
+int run_worker_node(const ServeArgs& a) {
+  ShutdownSignal signals;  // SIGINT or SIGTERM: stop at once (nothing is in flight here)
+  std::unique_ptr<ServingModel> model = load_serving_model(a.engine);
+  log_info("node {} of {}: running node 0's steps", a.engine.node_rank, a.engine.nnodes);
+  model->follower->follow();
+  log_info("node {} of {}: node 0 stopped the group; stopping", a.engine.node_rank, a.engine.nnodes);
+  return 0;
+}
+
 int run_serve(const ServeArgs& a) {
   check_supported(a.engine);  // before anything starts, so a refused flag costs no load
+  if (a.engine.node_rank > 0) return run_worker_node(a);
   ShutdownSignal signals;
 
   server::ApiOptions api_options;

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 
 #include "comm/nccl_communicator.h"
+#include "comm/tcp_rendezvous.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/cpu_executor.h"
@@ -63,10 +66,7 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
 }
 
 void check_supported(const EngineArgs& a) {
-  if (a.nnodes > 1 || a.node_rank > 0) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("serving across {} nodes is not supported yet", a.nnodes),
-                "run one server per node (--nnodes 1) behind a load balancer");
-  }
+  comm::ranks_per_node(a.tp, a.nnodes, a.node_rank);  // --tp splits over --nnodes, --node-rank is one of them
   if (a.model_format == "gptq" || a.model_format == "fp8") {
     throw Error(ErrorKind::kUnsupported, fmt::format("--model-format {} is not supported yet", a.model_format),
                 "use a 16-bit Hugging Face checkpoint (--model-format hf) or an AWQ one (--model-format awq)");
@@ -81,9 +81,10 @@ void check_supported(const EngineArgs& a) {
   }
 }
 
-comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_reduce) {
+comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_reduce, int nnodes) {
   comm::CommRequest request;
   request.world_size = tp;
+  request.nnodes = nnodes;
   request.on_gpu = !device.is_cpu();
   request.disable_custom_all_reduce = disable_custom_all_reduce;
   if (request.on_gpu) {
@@ -96,7 +97,8 @@ comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_red
   comm::CommPlan plan = comm::choose_comm(request);
   std::string devices;
   for (int d : plan.devices) devices += (devices.empty() ? "cuda:" : ", cuda:") + std::to_string(d);
-  log_info("tensor parallelism: {} ranks{}{}, {} communicator: {}", tp, devices.empty() ? "" : " on ", devices,
+  log_info("tensor parallelism: {} ranks{}{}{}, {} communicator: {}", tp,
+           nnodes > 1 ? fmt::format(" over {} nodes", nnodes) : "", devices.empty() ? "" : ", this node's on ", devices,
            comm::comm_kind_name(plan.kind), plan.reason);
   return plan;
 }
@@ -123,6 +125,54 @@ Device choose_device(const EngineArgs& a) {
   return device;
 }
 
+namespace {
+
+// TESSERA_COMM_TIMEOUT (seconds): how long a rank waits for its peers at one
+// collective before the step fails; 300 by default.
+std::chrono::milliseconds comm_timeout() {
+  const char* value = std::getenv("TESSERA_COMM_TIMEOUT");
+  if (!value || !*value) return std::chrono::minutes(5);
+  char* end = nullptr;
+  const double seconds = std::strtod(value, &end);
+  if (*end != '\0' || !(seconds > 0)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("TESSERA_COMM_TIMEOUT={}: expected seconds > 0", value),
+                "unset it for the default of 300 seconds");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// What every node must run alike; the rendezvous compares it.
+std::string node_fingerprint(const EngineArgs& a, const ServingModel& s) {
+  const model::ModelSpec& spec = s.spec;
+  return fmt::format("{} layers of hidden {}, {} heads ({} KV), vocab {}, {}, {} on {}, KV blocks of {} tokens",
+                     spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size,
+                     spec.quantization.awq() ? "AWQ 4-bit" : "16-bit weights", dtype_name(s.dtype),
+                     s.device.is_cpu() ? "CPU" : "GPU", a.cache_block_seq_len);
+}
+
+// Several nodes: meets the others at node 0 with this node's KV capacity.
+std::shared_ptr<comm::Rendezvous> join_nodes(const EngineArgs& a, const ServingModel& s, int64_t num_blocks) {
+  comm::RendezvousOptions options;
+  options.master_addr = a.master_addr;
+  options.master_port = a.master_port;
+  options.nnodes = a.nnodes;
+  options.node_rank = a.node_rank;
+  options.world_size = a.tp;
+  options.fingerprint = node_fingerprint(a, s);
+  options.offer = num_blocks;
+  options.comm_timeout = comm_timeout();
+  options.timeout = std::max<std::chrono::milliseconds>(options.comm_timeout, std::chrono::minutes(10));
+  options.share_nccl_id = !s.device.is_cpu();
+  log_info("node {} of {}: meeting the other nodes at {}:{} (waiting up to {} s)", a.node_rank, a.nnodes,
+           a.master_addr, a.master_port, options.timeout.count() / 1000);
+  auto nodes = std::make_shared<comm::Rendezvous>(comm::rendezvous(options));
+  log_info("node {} of {}: every node joined; this node runs ranks {} .. {} of {}", a.node_rank, a.nnodes,
+           nodes->first_rank, nodes->first_rank + static_cast<int>(nodes->links.size()) - 1, a.tp);
+  return nodes;
+}
+
+}  // namespace
+
 std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   check_supported(a);
   if (a.backend == "pytorch") log_warning("--backend pytorch: tessera has one engine; serving with it");
@@ -148,7 +198,7 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   comm::CommPlan comm_plan;
   if (a.tp > 1) {
     model::check_tp_size(model::read_model_spec(a.model_path), a.tp);  // before reading the weights
-    comm_plan = choose_tp_comm(a.tp, s->device, a.disable_custom_all_reduce);
+    comm_plan = choose_tp_comm(a.tp, s->device, a.disable_custom_all_reduce, a.nnodes);
     host_model = model::read_host_model(a.model_path);
     s->spec = host_model->spec;
   } else {
@@ -216,6 +266,16 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
     }
   }
   s->plan = engine::plan_memory(in);
+  std::shared_ptr<comm::Rendezvous> nodes;
+  if (a.nnodes > 1) {
+    nodes = join_nodes(a, *s, s->plan.num_blocks);
+    if (nodes->agreed_offer < s->plan.num_blocks) {
+      log_info("KV cache: {} blocks, the most every node can hold (this node could hold {})", nodes->agreed_offer,
+               s->plan.num_blocks);
+      in.cache_max_entry_count = static_cast<double>(nodes->agreed_offer);
+      s->plan = engine::plan_memory(in);
+    }
+  }
 
   engine::EngineConfig config;
   config.scheduler.max_batch_size = max_batch_size;
@@ -234,7 +294,14 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
     tp_config.block_size = config.block_size;
     tp_config.comm_plan = comm_plan;
     tp_config.compute_dtype = s->dtype;
-    executor = std::make_unique<engine::TpExecutor>(*host_model, tp_config);
+    tp_config.nodes = nodes;
+    tp_config.comm_timeout = comm_timeout();
+    auto tp_executor = std::make_unique<engine::TpExecutor>(*host_model, tp_config);
+    if (a.node_rank > 0) {
+      s->follower = std::move(tp_executor);  // runs node 0's steps; no engine here
+      return s;
+    }
+    executor = std::move(tp_executor);
   } else {
     executor = std::make_unique<engine::CpuExecutor>(*s->model, config.num_blocks, config.block_size);
   }

@@ -13,6 +13,7 @@
 #include "comm/comm_plan.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
+#include "engine/tp_executor.h"
 #include "model/transformer.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -24,7 +25,7 @@ struct EngineArgs {
   std::string backend = "turbomind";  // turbomind (the GPU), pytorch (accepted, same engine), cpu
   std::string device = "auto";        // auto, cpu, cuda, cuda:N
   std::string dtype = "auto";
-  int tp = 1;                         // > 1: ranks as threads of this process, one GPU each (or CPU ranks)
+  int tp = 1;                         // > 1: ranks as threads, one GPU each (or CPU ranks), over every node
   bool disable_custom_all_reduce = false;  // NCCL for every collective
   int64_t session_len = 0;            // 0: the model's max_position_embeddings
   int64_t max_batch_size = 0;         // 0: 256 on a GPU, 64 on the CPU
@@ -57,7 +58,8 @@ struct ServingModel {
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::optional<text::ChatTemplate> chat_template;
   engine::MemoryPlan plan;
-  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::Engine> engine;        // node 0 (every run of one node)
+  std::unique_ptr<engine::TpExecutor> follower;  // a worker node (--node-rank > 0): runs node 0's steps
 };
 
 // Throws Error(kUnsupported) with a hint for flags whose features do not exist yet.
@@ -65,12 +67,15 @@ void check_supported(const EngineArgs& args);
 
 // Refuses what is not supported yet with Error(kUnsupported) and a hint, then
 // loads. Throws Error for a bad model directory, a device problem or a memory
-// plan that does not fit.
+// plan that does not fit. With --nnodes > 1 it meets the other nodes at node 0
+// (comm/tcp_rendezvous.h) once the weights are read; node 0 gets the engine,
+// a worker node the follower that runs node 0's steps.
 std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& args);
 
-// The communicator plan of `tp` ranks starting at `device` (comm::choose_comm
-// with this machine's GPUs, peer access, NCCL and TESSERA_TP_SAME_DEVICE).
-comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_reduce);
+// The communicator plan of `tp` ranks over `nnodes` nodes, this node's
+// starting at `device` (comm::choose_comm with this machine's GPUs, peer
+// access, NCCL and TESSERA_TP_SAME_DEVICE).
+comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_reduce, int nnodes = 1);
 
 // The device the flags mean: --backend cpu or --device cpu → the CPU; a GPU
 // backend with no GPU present falls back to the CPU with a warning unless a

@@ -49,7 +49,7 @@ def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
     (["--model-format", "gptq"], "--model-format gptq is not supported yet"),
     (["--model-format", "awq"], "declares no AWQ quantization_config"),
     (["--quant-policy", "8"], "--quant-policy 8"),
-    (["--nnodes", "2"], "2 nodes"),
+    (["--nnodes", "2"], "--tp 1 does not split over --nnodes 2"),
     (["--rope-scaling-factor", "2.0"], "--rope-scaling-factor"),
     (["--tp", "3", "--backend", "cpu"], "tensor-parallel sizes that work"),
 ])
