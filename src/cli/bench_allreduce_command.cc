@@ -1,6 +1,7 @@
 // `tessera bench allreduce`: all-reduce latency and bus bandwidth against the
 // message size, for every communicator this machine can run at --tp ranks:
-// thread (CPU ranks), and on GPUs nccl and the custom one-shot and two-shot
+// thread (CPU ranks), tcp (CPU ranks as if each were a node of its own, over
+// loopback: what --nnodes costs per collective), and on GPUs nccl and the custom one-shot and two-shot
 // kernels (one GPU per rank), or with --same-device the same kernels with
 // every rank on cuda:0. Bus bandwidth is nccl-tests' definition: bytes ×
 // 2(n−1)/n ÷ time, what each rank's link carries in a ring. The physical
@@ -17,6 +18,7 @@
 #include "comm/comm_group.h"
 #include "comm/comm_plan.h"
 #include "comm/nccl_communicator.h"
+#include "comm/tcp_rendezvous.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -51,9 +53,41 @@ DType parse_dtype(const std::string& name) {
   throw Error(ErrorKind::kInvalidArgument, "--dtype " + name, "use float32, float16 or bfloat16");
 }
 
+bool on_cpu(const comm::CommPlan& plan) {
+  return plan.kind == comm::CommKind::kThread || plan.kind == comm::CommKind::kTcp;
+}
+
 std::unique_ptr<backend::Backend> make_backend(const comm::CommPlan& plan, int rank, DType dtype) {
-  return plan.kind == comm::CommKind::kThread ? backend::make_cpu_backend()
-                                              : backend::make_cuda_backend(plan.devices[rank], dtype);
+  return on_cpu(plan) ? backend::make_cpu_backend() : backend::make_cuda_backend(plan.devices[rank], dtype);
+}
+
+// tp ranks, each a node of its own, met over loopback: rank r's tcp link.
+std::vector<std::unique_ptr<comm::TcpCommunicator>> loopback_links(int tp) {
+  comm::TcpListener listener(0);
+  std::vector<comm::Rendezvous> nodes(tp);
+  std::vector<std::string> errors(tp);
+  std::vector<std::thread> threads;
+  for (int node = 0; node < tp; ++node) {
+    threads.emplace_back([&, node] {
+      try {
+        comm::RendezvousOptions o;
+        o.master_port = listener.port();
+        o.nnodes = o.world_size = tp;
+        o.node_rank = node;
+        o.timeout = o.comm_timeout = std::chrono::seconds(120);
+        nodes[node] = comm::rendezvous(o, node == 0 ? &listener : nullptr);
+      } catch (const std::exception& e) {
+        errors[node] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::unique_ptr<comm::TcpCommunicator>> links;
+  for (int node = 0; node < tp; ++node) {
+    if (!errors[node].empty()) throw Error(ErrorKind::kCommFailure, fmt::format("tcp node {}: {}", node, errors[node]));
+    links.push_back(std::move(nodes[node].links.at(0)));
+  }
+  return links;
 }
 
 // Seconds per all-reduce for each size, on rank 0's clock, every rank in step.
@@ -62,7 +96,9 @@ std::vector<double> time_all_reduce(const Candidate& c, int tp, DType dtype, con
   comm::CommGroupOptions options;
   options.timeout = std::chrono::seconds(120);
   options.algorithm = c.algorithm;
-  std::shared_ptr<comm::CommGroup> group = comm::make_comm_group(c.plan, tp, options);
+  const bool tcp = c.plan.kind == comm::CommKind::kTcp;
+  std::shared_ptr<comm::CommGroup> group = tcp ? nullptr : comm::make_comm_group(c.plan, tp, options);
+  std::vector<std::unique_ptr<comm::TcpCommunicator>> links = tcp ? loopback_links(tp) : decltype(links){};
   std::vector<double> seconds(sizes.size(), 0.0);
   std::vector<std::string> errors(tp);
   std::vector<std::thread> threads;
@@ -72,7 +108,11 @@ std::vector<double> time_all_reduce(const Candidate& c, int tp, DType dtype, con
       std::unique_ptr<comm::Communicator> communicator;
       try {
         backend = make_backend(c.plan, r, dtype);
-        communicator = group->make_rank(r, backend->stream_handle());
+        if (tcp) {
+          communicator = std::move(links[r]);
+        } else {
+          communicator = group->make_rank(r, backend->stream_handle());
+        }
         for (size_t i = 0; i < sizes.size(); ++i) {
           if (sizes[i] > c.max_bytes) continue;
           const int64_t count = sizes[i] / static_cast<int64_t>(dtype_bytes(dtype, 1));
@@ -93,7 +133,7 @@ std::vector<double> time_all_reduce(const Candidate& c, int tp, DType dtype, con
         errors[r] = e.what();
         if (communicator) {
           communicator->abort(e.what());
-        } else {
+        } else if (group) {
           group->abort(r, e.what());
         }
       }
@@ -111,7 +151,7 @@ std::vector<double> time_all_reduce(const Candidate& c, int tp, DType dtype, con
 // Bytes per second of a copy from the first rank's device to the second's
 // (read + write counted once each: what a link moves one way).
 double measure_limit(const comm::CommPlan& plan, int tp, DType dtype, std::string& what) {
-  const bool gpu = plan.kind != comm::CommKind::kThread;
+  const bool gpu = !on_cpu(plan);
   const int64_t bytes = gpu ? (int64_t{1} << 30) : (int64_t{256} << 20);
   auto a_backend = make_backend(plan, 0, dtype);
   auto b_backend = tp > 1 && gpu && plan.devices[1] != plan.devices[0] ? make_backend(plan, 1, dtype) : nullptr;
@@ -147,6 +187,10 @@ int run_bench_allreduce(const AllReduceArgs& a) {
   std::vector<Candidate> candidates;
   comm::CommPlan thread_plan;
   candidates.push_back({"thread", thread_plan, comm::AllReduceAlgorithm::kAuto, a.max_bytes});
+  if (a.tp > 1) {
+    comm::CommPlan tcp_plan{comm::CommKind::kTcp, {}, "loopback"};
+    candidates.push_back({"tcp", tcp_plan, comm::AllReduceAlgorithm::kAuto, a.max_bytes});
+  }
   const int gpus = backend::cuda_device_count();
   std::vector<std::string> skipped;
   if (gpus == 0) {
@@ -179,7 +223,7 @@ int run_bench_allreduce(const AllReduceArgs& a) {
     std::erase_if(candidates, [&](const Candidate& c) { return c.name.rfind(a.only, 0) != 0; });
     if (candidates.empty()) {
       throw Error(ErrorKind::kInvalidArgument, fmt::format("--only {}: no such backend here", a.only),
-                  "thread, nccl, custom, same-device (those this machine can run)");
+                  "thread, tcp, nccl, custom, same-device (those this machine can run)");
     }
   }
 

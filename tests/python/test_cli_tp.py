@@ -61,7 +61,7 @@ def test_serve_accepts_the_switch(tessera_bin, demo_dir):
 def test_bench_allreduce_prints_latency_and_bus_bandwidth_per_size(tessera_bin):
     r = run(tessera_bin, "bench", "allreduce", "--tp", "2", "--max-bytes", "131072", "--iterations", "5")
     assert r.returncode == 0, r.stderr
-    assert "thread" in r.stdout and "busGB/s" in r.stdout and "limit" in r.stdout, r.stdout
+    assert "thread" in r.stdout and "tcp" in r.stdout and "busGB/s" in r.stdout and "limit" in r.stdout, r.stdout
     rows = [line.split("|")[0].strip() for line in r.stdout.splitlines() if line.strip().endswith("%")]
     assert [row for row in rows if row] == ["8 KB", "32 KB", "128 KB"], r.stdout
 
