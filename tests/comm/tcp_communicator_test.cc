@@ -17,6 +17,7 @@
 
 #include "comm/tcp_rendezvous.h"
 #include "core/error.h"
+#include "rank_threads.h"
 
 namespace tessera {
 namespace {
@@ -73,55 +74,14 @@ Group meet(int world, int nnodes, const std::function<void(comm::RendezvousOptio
   return group;
 }
 
-std::vector<std::exception_ptr> run_ranks(Links& links, const std::function<void(TcpCommunicator&)>& fn) {
-  std::vector<std::exception_ptr> errors(links.size());
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < links.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(*links[r]);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
+using testing::comm_failure_message;
+using testing::expect_no_errors;
+using testing::random_floats;
 
-void expect_no_errors(const std::vector<std::exception_ptr>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r]) continue;
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "rank " << r << ": " << e.what();
-    }
-  }
-}
-
-std::string comm_failure_message(const std::exception_ptr& error) {
-  if (!error) {
-    ADD_FAILURE() << "expected Error(kCommFailure), got no error";
-    return {};
-  }
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kCommFailure) << e.what();
-    return e.message() + " (" + e.hint() + ")";
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected Error(kCommFailure), got " << e.what();
-  }
-  return {};
-}
-
-std::vector<float> random_floats(int64_t count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
-  std::vector<float> v(count);
-  for (auto& x : v) x = dist(rng);
-  return v;
+// Runs fn on each rank's thread.
+std::vector<std::exception_ptr> run_ranks(std::vector<std::unique_ptr<TcpCommunicator>>& comms,
+                                          const std::function<void(TcpCommunicator&)>& fn) {
+  return testing::run_ranks<TcpCommunicator>(comms, fn);
 }
 
 std::vector<int64_t> test_sizes(int world, uint64_t seed) {

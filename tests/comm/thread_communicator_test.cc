@@ -14,64 +14,21 @@
 
 #include "comm/thread_communicator.h"
 #include "core/error.h"
+#include "rank_threads.h"
 
 namespace tessera {
 namespace {
 
 using comm::Communicator;
 
-// Runs fn(communicator) on one thread per rank; returns each rank's exception (or null).
+using testing::comm_failure_message;
+using testing::expect_no_errors;
+using testing::random_floats;
+
+// Runs fn on each rank's thread.
 std::vector<std::exception_ptr> run_ranks(std::vector<std::unique_ptr<Communicator>>& comms,
                                           const std::function<void(Communicator&)>& fn) {
-  std::vector<std::exception_ptr> errors(comms.size());
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < comms.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(*comms[r]);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-void expect_no_errors(const std::vector<std::exception_ptr>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r]) continue;
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "rank " << r << ": " << e.what();
-    }
-  }
-}
-
-// The message of a kCommFailure, or a test failure when it is something else.
-std::string comm_failure_message(const std::exception_ptr& error) {
-  if (!error) {
-    ADD_FAILURE() << "expected Error(kCommFailure), got no error";
-    return {};
-  }
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kCommFailure) << e.what();
-    return e.message();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected Error(kCommFailure), got " << e.what();
-  }
-  return {};
-}
-
-std::vector<float> random_floats(int64_t count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
-  std::vector<float> v(count);
-  for (auto& x : v) x = dist(rng);
-  return v;
+  return testing::run_ranks<Communicator>(comms, fn);
 }
 
 // Sizes for one world size: small, odd, around the rank count, and random.

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <thread>
 
 #include "../test_paths.h"
@@ -31,22 +30,9 @@ namespace {
 
 constexpr int64_t kBlockSize = 4;
 
-model::ForwardBatch step(const std::vector<int32_t>& ids, int32_t start, int64_t num_blocks, bool all_rows) {
-  model::ForwardBatch batch;
-  batch.token_ids = ids;
-  batch.attention.positions.resize(ids.size());
-  std::iota(batch.attention.positions.begin(), batch.attention.positions.end(), start);
-  batch.attention.query_start = {0, static_cast<int32_t>(ids.size())};
-  batch.attention.block_tables.resize(num_blocks);
-  std::iota(batch.attention.block_tables.begin(), batch.attention.block_tables.end(), 0);
-  batch.attention.max_blocks_per_seq = static_cast<int32_t>(num_blocks);
-  if (all_rows) {
-    batch.logit_rows.resize(ids.size());
-    std::iota(batch.logit_rows.begin(), batch.logit_rows.end(), 0);
-  } else {
-    batch.logit_rows = {static_cast<int32_t>(ids.size()) - 1};
-  }
-  return batch;
+// `ids` at positions start.., the blocks it needs, logits of every row or the last.
+model::ForwardBatch step(const std::vector<int32_t>& ids, int32_t start, bool all_rows) {
+  return model::sequence_batch(ids, start, kBlockSize, all_rows ? static_cast<int64_t>(ids.size()) : 1);
 }
 
 engine::TpExecutorConfig executor_config(int tp, int64_t num_blocks, std::chrono::milliseconds timeout) {
@@ -129,11 +115,11 @@ struct GreedyRun {
   std::vector<Tensor> logits;
 };
 
-GreedyRun greedy(engine::TpExecutor& executor, const std::vector<int32_t>& prompt, size_t new_tokens, int64_t num_blocks,
-           bool full_recompute) {
+GreedyRun greedy(engine::TpExecutor& executor, const std::vector<int32_t>& prompt, size_t new_tokens,
+                 bool full_recompute) {
   GreedyRun run;
   std::vector<int32_t> ids = prompt;
-  Tensor logits = executor.forward(step(prompt, 0, num_blocks, true));
+  Tensor logits = executor.forward(step(prompt, 0, true));
   while (true) {
     run.logits.push_back(logits);
     const int64_t last = logits.dim(0) - 1;
@@ -141,8 +127,8 @@ GreedyRun greedy(engine::TpExecutor& executor, const std::vector<int32_t>& promp
     run.tokens.push_back(token);
     ids.push_back(token);
     if (run.tokens.size() == new_tokens) return run;
-    logits = full_recompute ? executor.forward(step(ids, 0, num_blocks, false))
-                            : executor.forward(step({token}, static_cast<int32_t>(ids.size()) - 1, num_blocks, false));
+    logits = full_recompute ? executor.forward(step(ids, 0, false))
+                            : executor.forward(step({token}, static_cast<int32_t>(ids.size()) - 1, false));
   }
 }
 
@@ -165,11 +151,11 @@ TEST_P(engineTpNodes, TwoNodesGiveTheBitsOfOneProcess) {
     if (std::find(valid.begin(), valid.end(), tp) == valid.end()) continue;
     const std::string what = dir.filename().string() + " tp " + std::to_string(tp) + " over 2 nodes";
     engine::TpExecutor one_process(model, executor_config(tp, num_blocks, std::chrono::minutes(2)));
-    const GreedyRun reference = greedy(one_process, prompt, golden.size(), num_blocks, full_recompute);
+    const GreedyRun reference = greedy(one_process, prompt, golden.size(), full_recompute);
     TwoNodes nodes(model, tp, num_blocks);
     EXPECT_EQ(nodes.node0().communicator_name(), "tcp");
     EXPECT_EQ(nodes.node0().local_ranks(), tp / 2);
-    const GreedyRun run = greedy(nodes.node0(), prompt, golden.size(), num_blocks, full_recompute);
+    const GreedyRun run = greedy(nodes.node0(), prompt, golden.size(), full_recompute);
     EXPECT_EQ(run.tokens, golden) << what;
     ASSERT_EQ(run.logits.size(), reference.logits.size()) << what;
     for (size_t i = 0; i < run.logits.size(); ++i) {
@@ -200,10 +186,10 @@ TEST(engineTpNodesFaults, AWorkerRankThatThrowsBreaksTheGroupWithItsError) {
   TwoNodes nodes(model, 4, 2, [&calls](int rank) {
     if (rank == 3 && ++calls == 2) throw Error(ErrorKind::kOutOfMemory, "no room for the activations");
   }, std::chrono::minutes(10));  // the others must be released by the abort, not the timeout
-  nodes.node0().forward(step(prompt, 0, 2, true));  // the first step runs
+  nodes.node0().forward(step(prompt, 0, true));  // the first step runs
   const auto start = std::chrono::steady_clock::now();
   try {
-    nodes.node0().forward(step(prompt, 0, 2, true));
+    nodes.node0().forward(step(prompt, 0, true));
     ADD_FAILURE() << "the step succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kDeviceFailure) << e.what();  // the engine stops: nothing can run
@@ -213,7 +199,7 @@ TEST(engineTpNodesFaults, AWorkerRankThatThrowsBreaksTheGroupWithItsError) {
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
   try {
-    nodes.node0().forward(step(prompt, 0, 2, true));
+    nodes.node0().forward(step(prompt, 0, true));
     ADD_FAILURE() << "a step after the failure succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kDeviceFailure) << e.what();
@@ -225,7 +211,7 @@ TEST(engineTpNodesFaults, AWorkerRankThatThrowsBreaksTheGroupWithItsError) {
 }
 
 TEST(engineTpNodesFaults, StepMessagesRoundTripAndCorruptOnesAreRefused) {
-  model::ForwardBatch batch = step({4, 8, 15, 16}, 3, 3, false);
+  model::ForwardBatch batch = step({4, 8, 15, 16}, 3, false);
   batch.attention.sliding_window = (int64_t{1} << 33) + 5;
   const std::vector<int32_t> words = engine::encode_step(batch);
   const model::ForwardBatch back = engine::decode_step(words);
@@ -233,7 +219,7 @@ TEST(engineTpNodesFaults, StepMessagesRoundTripAndCorruptOnesAreRefused) {
   EXPECT_EQ(back.attention.positions, batch.attention.positions);
   EXPECT_EQ(back.attention.query_start, batch.attention.query_start);
   EXPECT_EQ(back.attention.block_tables, batch.attention.block_tables);
-  EXPECT_EQ(back.attention.max_blocks_per_seq, 3);
+  EXPECT_EQ(back.attention.max_blocks_per_seq, 2);
   EXPECT_EQ(back.attention.sliding_window, batch.attention.sliding_window);
   EXPECT_EQ(back.logit_rows, batch.logit_rows);
   model::ForwardBatch inconsistent = batch;
