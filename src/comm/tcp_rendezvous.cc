@@ -135,6 +135,13 @@ void gather_ranks(const RendezvousOptions& o, TcpListener& listener, Deadline de
       while (true) {
         try {
           TcpSocket queued = listener.accept(*deadline_after(std::chrono::milliseconds(200)), "refusing");
+          // Its hello is read first: a socket closed with unread data resets
+          // the connection, and the refusal would be lost.
+          Hello ignored;
+          queued.recv_all(&ignored, sizeof(ignored), deadline_after(std::chrono::milliseconds(200)), "hello");
+          if (ignored.fingerprint_bytes <= kMaxText) {
+            recv_text(queued, ignored.fingerprint_bytes, deadline_after(std::chrono::milliseconds(200)), "hello");
+          }
           send_refusal(queued, reason);
         } catch (const Error&) {
           break;

@@ -142,6 +142,9 @@ void TcpSocket::send_all(const void* data, size_t bytes, Deadline deadline, cons
       if (!wait_ready(fd_, POLLOUT, deadline)) fail(fmt::format("{}: {} did not take the data in time", what, peer_));
       continue;
     }
+    if (errno == ECONNRESET || errno == EPIPE) {
+      fail(fmt::format("{}: {} closed the connection ({})", what, peer_, std::strerror(errno)));
+    }
     fail(fmt::format("{}: sending to {} failed: {}", what, peer_, std::strerror(errno)));
   }
 }
@@ -162,6 +165,7 @@ void TcpSocket::recv_all(void* data, size_t bytes, Deadline deadline, const char
       if (!wait_ready(fd_, POLLIN, deadline)) fail(fmt::format("{}: nothing came from {} in time", what, peer_));
       continue;
     }
+    if (errno == ECONNRESET) fail(fmt::format("{}: {} closed the connection (reset)", what, peer_));
     fail(fmt::format("{}: receiving from {} failed: {}", what, peer_, std::strerror(errno)));
   }
 }

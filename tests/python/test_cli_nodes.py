@@ -116,6 +116,21 @@ def test_a_worker_that_dies_gives_clear_errors_and_node_0_lives(tessera_bin, dem
         worker.kill()
 
 
+def test_a_worker_whose_node_0_dies_exits_with_the_reason(tessera_bin, demo_dir, tmp_path):
+    port = free_port()
+    worker = Worker(tessera_bin, demo_dir, tmp_path / "node1.log", port)
+    try:
+        node0 = Server(tessera_bin, demo_dir, tmp_path / "node0.log", *node_args(port, 0))
+        assert greedy(node0, "Hello").status_code == 200
+        node0.proc.send_signal(signal.SIGKILL)
+        node0.stop()
+        assert worker.wait(30) == 1, worker.read_log()
+        log = worker.read_log()
+        assert "rank 0 at 127.0.0.1" in log and "closed the connection" in log, log
+    finally:
+        worker.kill()
+
+
 def test_nodes_that_disagree_are_refused_on_both(tessera_bin, demo_dir, tmp_path):
     port = free_port()
     worker = Worker(tessera_bin, demo_dir, tmp_path / "node1.log", port, "--cache-block-seq-len", "32")
