@@ -25,6 +25,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
@@ -94,6 +95,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
                             int kv_heads, int block_size, int window, int tokens_per_split,
                             const T* __restrict__ k_cache, const T* __restrict__ v_cache, float* __restrict__ partial,
                             T* __restrict__ out) {
+  wait_for_previous_kernel();
   using L = Layout<T, kHeadDim>;
   const int split = blockIdx.x, num_splits = gridDim.x;
   const int group = heads / kv_heads;
@@ -234,6 +236,7 @@ template <typename T>
 __global__ void decode_combine_kernel(const float* __restrict__ partial, const int32_t* __restrict__ positions,
                                       int heads, int head_dim, int window, int tokens_per_split, int num_splits,
                                       T* __restrict__ out) {
+  wait_for_previous_kernel();
   const int64_t head = blockIdx.x, seq = blockIdx.y;
   int32_t first, last;
   key_range(positions, seq, window, first, last);
@@ -262,7 +265,7 @@ void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_t
   const int64_t chunks_per_group = (group + kMaxGroup - 1) / kMaxGroup;
   const dim3 grid(static_cast<unsigned>(num_splits), static_cast<unsigned>(kv_heads * chunks_per_group),
                   static_cast<unsigned>(num_seqs));
-  decode_attention_kernel<T, kHeadDim><<<grid, kDecodeWarps * 32, 0, stream>>>(
+  launch_after(decode_attention_kernel<T, kHeadDim>, grid, kDecodeWarps * 32, 0, stream,
       qkv, positions, block_tables, max_blocks_per_seq, static_cast<int>(heads), static_cast<int>(kv_heads),
       static_cast<int>(block_size), static_cast<int>(window), static_cast<int>(tokens_per_split), k_cache, v_cache,
       partial, num_splits == 1 ? out : nullptr);
@@ -315,7 +318,7 @@ void launch_decode_attention(const T* qkv, const int32_t* positions, const int32
   TESSERA_CUDA_CHECK_LAUNCH();
   if (splits.num_splits > 1) {
     const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(num_seqs));
-    decode_combine_kernel<T><<<grid, 128, 0, stream>>>(partial, positions, static_cast<int>(heads),
+    launch_after(decode_combine_kernel<T>, grid, 128, 0, stream, partial, positions, static_cast<int>(heads),
                                                        static_cast<int>(head_dim), static_cast<int>(window),
                                                        static_cast<int>(splits.tokens_per_split),
                                                        static_cast<int>(splits.num_splits), out);

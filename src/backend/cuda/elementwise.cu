@@ -2,6 +2,7 @@
 // gather and the f32 conversion of logits. Grid-stride loops; one thread per
 // element, which already saturates bandwidth for these shapes.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -18,6 +19,7 @@ int blocks_for(int64_t count) {
 
 template <typename T>
 __global__ void embedding_kernel(const T* table, int64_t hidden, const int32_t* ids, int64_t n, T* out) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * hidden; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / hidden, col = i % hidden;
     out[i] = table[int64_t(ids[row]) * hidden + col];
@@ -26,6 +28,7 @@ __global__ void embedding_kernel(const T* table, int64_t hidden, const int32_t* 
 
 template <typename T>
 __global__ void silu_mul_kernel(const T* gate_up, int64_t n, int64_t inter, T* out) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * inter; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / inter, col = i % inter;
     const float gate = to_float(gate_up[row * 2 * inter + col]);
@@ -36,6 +39,7 @@ __global__ void silu_mul_kernel(const T* gate_up, int64_t n, int64_t inter, T* o
 
 template <typename T>
 __global__ void add_kernel(T* x, const T* y, int64_t count) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
     x[i] = from_float<T>(to_float(x[i]) + to_float(y[i]));
   }
@@ -43,6 +47,7 @@ __global__ void add_kernel(T* x, const T* y, int64_t count) {
 
 template <typename T>
 __global__ void add_bias_kernel(T* y, const T* bias, int64_t m, int64_t n) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * n; i += int64_t(gridDim.x) * blockDim.x) {
     y[i] = from_float<T>(to_float(y[i]) + to_float(bias[i % n]));
   }
@@ -50,6 +55,7 @@ __global__ void add_bias_kernel(T* y, const T* bias, int64_t m, int64_t n) {
 
 template <typename T>
 __global__ void gather_rows_kernel(const T* x, const int32_t* rows, int64_t count, int64_t width, T* out) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count * width; i += int64_t(gridDim.x) * blockDim.x) {
     out[i] = x[int64_t(rows[i / width]) * width + i % width];
   }
@@ -57,6 +63,7 @@ __global__ void gather_rows_kernel(const T* x, const int32_t* rows, int64_t coun
 
 template <typename T>
 __global__ void to_f32_kernel(const T* in, int64_t count, float* out) {
+  wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
     out[i] = to_float(in[i]);
   }
@@ -67,42 +74,42 @@ __global__ void to_f32_kernel(const T* in, int64_t count, float* out) {
 template <typename T>
 void launch_embedding(const T* table, int64_t hidden, const int32_t* ids, int64_t n, T* out, cudaStream_t stream) {
   if (n == 0) return;
-  embedding_kernel<<<blocks_for(n * hidden), kThreads, 0, stream>>>(table, hidden, ids, n, out);
+  launch_after(embedding_kernel<T>, blocks_for(n * hidden), kThreads, 0, stream, table, hidden, ids, n, out);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void launch_silu_mul(const T* gate_up, int64_t n, int64_t inter, T* out, cudaStream_t stream) {
   if (n == 0) return;
-  silu_mul_kernel<<<blocks_for(n * inter), kThreads, 0, stream>>>(gate_up, n, inter, out);
+  launch_after(silu_mul_kernel<T>, blocks_for(n * inter), kThreads, 0, stream, gate_up, n, inter, out);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void launch_add(T* x, const T* y, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  add_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, y, count);
+  launch_after(add_kernel<T>, blocks_for(count), kThreads, 0, stream, x, y, count);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void launch_add_bias(T* y, const T* bias, int64_t m, int64_t n, cudaStream_t stream) {
   if (m * n == 0) return;
-  add_bias_kernel<<<blocks_for(m * n), kThreads, 0, stream>>>(y, bias, m, n);
+  launch_after(add_bias_kernel<T>, blocks_for(m * n), kThreads, 0, stream, y, bias, m, n);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void launch_gather_rows(const T* x, const int32_t* rows, int64_t count, int64_t width, T* out, cudaStream_t stream) {
   if (count * width == 0) return;
-  gather_rows_kernel<<<blocks_for(count * width), kThreads, 0, stream>>>(x, rows, count, width, out);
+  launch_after(gather_rows_kernel<T>, blocks_for(count * width), kThreads, 0, stream, x, rows, count, width, out);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void launch_to_f32(const T* in, int64_t count, float* out, cudaStream_t stream) {
   if (count == 0) return;
-  to_f32_kernel<<<blocks_for(count), kThreads, 0, stream>>>(in, count, out);
+  launch_after(to_f32_kernel<T>, blocks_for(count), kThreads, 0, stream, in, count, out);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/gemv.h"
 #include "core/error.h"
@@ -63,6 +64,7 @@ __device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float v) { retu
 template <typename T, typename TOut, int kM, int kR>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, TOut* __restrict__ y, int m, int64_t n, int64_t k) {
+  wait_for_previous_kernel();
   constexpr int kUnroll = 8 / kR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t first = (int64_t(blockIdx.x) * kGemvWarps + warp) * kR;
@@ -118,7 +120,7 @@ void launch_rows(const T* x, const T* w, TOut* y, int64_t m, int64_t n, int64_t 
   const int64_t rows_per_block = int64_t(kGemvWarps) * kR;
   const unsigned grid = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
   const int mm = static_cast<int>(m);
-#define TESSERA_GEMV_M(M) gemv_kernel<T, TOut, M, kR><<<grid, kGemvWarps * 32, 0, stream>>>(x, w, y, mm, n, k)
+#define TESSERA_GEMV_M(M) launch_after(gemv_kernel<T, TOut, M, kR>, grid, kGemvWarps * 32, 0, stream, x, w, y, mm, n, k)
   if (m == 1) TESSERA_GEMV_M(1);
   else if (m == 2) TESSERA_GEMV_M(2);
   else if (m <= 4) TESSERA_GEMV_M(4);

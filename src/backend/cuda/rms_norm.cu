@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -42,6 +43,7 @@ __device__ float block_sum(float v) {
 
 template <typename T, bool kAddResidual>
 __global__ void rms_norm_kernel(T* residual, const T* x, const T* weight, int64_t hidden, float eps, T* out) {
+  wait_for_previous_kernel();
   const int64_t row = blockIdx.x;
   T* r = residual + row * hidden;  // the input row (and, with kAddResidual, updated in place)
   const T* xr = x + row * hidden;
@@ -72,6 +74,7 @@ struct alignas(16) Vec {
 // possibly past the row) of its row in registers.
 template <typename T, bool kAddResidual, int kPer>
 __global__ void rms_norm_vec_kernel(T* residual, const T* x, const T* weight, int64_t hidden, float eps, T* out) {
+  wait_for_previous_kernel();
   using V = Vec<T>;
   const int64_t row = blockIdx.x;
   const int64_t vectors = hidden / V::kSize;
@@ -121,7 +124,7 @@ void launch(T* residual, const T* x, const T* weight, int64_t n, int64_t hidden,
   const bool vector_path = hidden % kVec == 0 && vectors <= int64_t{kMaxPer} * kMaxThreads && aligned16(residual) &&
                            aligned16(weight) && aligned16(out) && (!kAddResidual || aligned16(x));
   if (!vector_path) {
-    rms_norm_kernel<T, kAddResidual><<<static_cast<unsigned>(n), kScalarThreads, 0, stream>>>(residual, x, weight,
+    launch_after(rms_norm_kernel<T, kAddResidual>, static_cast<unsigned>(n), kScalarThreads, 0, stream, residual, x, weight,
                                                                                              hidden, eps, out);
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
@@ -130,10 +133,10 @@ void launch(T* residual, const T* x, const T* weight, int64_t n, int64_t hidden,
   const int64_t threads = ((vectors + per - 1) / per + 31) / 32 * 32;            // a whole number of warps
   const dim3 grid(static_cast<unsigned>(n)), block(static_cast<unsigned>(threads));
   switch (per) {
-    case 1: rms_norm_vec_kernel<T, kAddResidual, 1><<<grid, block, 0, stream>>>(residual, x, weight, hidden, eps, out); break;
-    case 2: rms_norm_vec_kernel<T, kAddResidual, 2><<<grid, block, 0, stream>>>(residual, x, weight, hidden, eps, out); break;
-    case 3: rms_norm_vec_kernel<T, kAddResidual, 3><<<grid, block, 0, stream>>>(residual, x, weight, hidden, eps, out); break;
-    default: rms_norm_vec_kernel<T, kAddResidual, 4><<<grid, block, 0, stream>>>(residual, x, weight, hidden, eps, out); break;
+    case 1: launch_after(rms_norm_vec_kernel<T, kAddResidual, 1>, grid, block, 0, stream, residual, x, weight, hidden, eps, out); break;
+    case 2: launch_after(rms_norm_vec_kernel<T, kAddResidual, 2>, grid, block, 0, stream, residual, x, weight, hidden, eps, out); break;
+    case 3: launch_after(rms_norm_vec_kernel<T, kAddResidual, 3>, grid, block, 0, stream, residual, x, weight, hidden, eps, out); break;
+    default: launch_after(rms_norm_vec_kernel<T, kAddResidual, 4>, grid, block, 0, stream, residual, x, weight, hidden, eps, out); break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();
 }

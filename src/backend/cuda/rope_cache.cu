@@ -4,6 +4,7 @@
 // spreads over many SMs and every thread waits for memory once. Rotating k and
 // storing it in the cache in the same pass saves a round trip of k through memory.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -16,6 +17,7 @@ __global__ void rope_cache_kernel(T* qkv, const int32_t* positions, const int32_
                                   float scaling, const int32_t* block_tables, int32_t max_blocks_per_seq,
                                   int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block_size, T* k_cache,
                                   T* v_cache) {
+  wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const int64_t half = head_dim / 2;
   const int64_t qkv_size = (heads + 2 * kv_heads) * head_dim;
@@ -66,7 +68,7 @@ void launch_rope_cache_write(T* qkv, const int32_t* positions, const int32_t* to
   constexpr int64_t kThreads = 128;
   const int64_t work = (heads + kv_heads) * (head_dim / 2) + kv_heads * head_dim;  // per token
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((work + kThreads - 1) / kThreads));
-  rope_cache_kernel<T><<<grid, kThreads, 0, stream>>>(qkv, positions, token_seq, inv_freq, scaling,
+  launch_after(rope_cache_kernel<T>, grid, kThreads, 0, stream, qkv, positions, token_seq, inv_freq, scaling,
                                                                       block_tables, max_blocks_per_seq, heads,
                                                                       kv_heads, head_dim, block_size, k_cache,
                                                                       v_cache);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace tessera::backend::cuda {
@@ -20,6 +21,7 @@ __device__ __forceinline__ bool better(float v, int32_t i, float best, int32_t b
 }
 
 __global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t n, int32_t* __restrict__ ids) {
+  wait_for_previous_kernel();
   const float* row = x + int64_t(blockIdx.x) * n;
   float best = -INFINITY;
   int32_t best_i = 0x7fffffff;
@@ -54,7 +56,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t n, int32
 
 void launch_argmax_rows(const float* x, int64_t m, int64_t n, int32_t* ids, cudaStream_t stream) {
   if (m == 0) return;
-  argmax_rows_kernel<<<static_cast<unsigned>(m), kArgmaxThreads, 0, stream>>>(x, n, ids);
+  launch_after(argmax_rows_kernel, static_cast<unsigned>(m), kArgmaxThreads, 0, stream, x, n, ids);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

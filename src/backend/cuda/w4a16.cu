@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/w4a16.h"
 
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) w4a16_gemv_kernel(const T* __r
                                                                     const uint8_t* __restrict__ zeros,
                                                                     const T* __restrict__ bias, int m, int n, int k,
                                                                     int group_size, T* __restrict__ out) {
+  wait_for_previous_kernel();
   const int row0 = blockIdx.x * R;
   const int chunks = k / 32, groups = k / group_size;
   float acc[R][MT];
@@ -175,7 +177,7 @@ void launch_rows(const T* x, const uint32_t* qweight, const __half* scales, cons
                  int n, int k, int g, T* out, cudaStream_t stream) {
   constexpr int R = MT >= 8 ? 1 : 8 / MT;  // weight rows per thread: activations reused R times
   const int blocks = (n + R - 1) / R;
-  w4a16_gemv_kernel<T, MT, R><<<blocks, 32 * warps_for(k / 32), 0, stream>>>(
+  launch_after(w4a16_gemv_kernel<T, MT, R>, blocks, 32 * warps_for(k / 32), 0, stream,
       x, reinterpret_cast<const uint4*>(qweight), scales, zeros, bias, m, n, k, g, out);
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }

@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/w4a16.h"
 
@@ -121,6 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     w4a16_mma_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles, const uint32_t* __restrict__ scale_zero,
                      const T* __restrict__ bias, int m, int n, int n_pad, int k, int chunks_per_group,
                      T* __restrict__ out) {
+  wait_for_previous_kernel();
   constexpr int KW = kWarps / RW, kLoadsInFlight = loads_in_flight<NT>();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rw = warp % RW, kw = warp / RW;
@@ -290,7 +292,7 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
   const int cpg = group_size / kChunkInputs;
   const unsigned blocks = static_cast<unsigned>((row_tiles + row_warps - 1) / row_warps);
 #define TESSERA_W4_MMA(RW) \
-  w4a16_mma_kernel<T, NT, RW><<<blocks, kWarps * 32, 0, stream>>>(x, tiles, scale_zero, bias, m, n, n_pad, k, cpg, out)
+  launch_after(w4a16_mma_kernel<T, NT, RW>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, m, n, n_pad, k, cpg, out)
   switch (row_warps) {
     case 1: TESSERA_W4_MMA(1); break;
     case 2: TESSERA_W4_MMA(2); break;
