@@ -127,19 +127,22 @@ Device choose_device(const EngineArgs& a) {
 
 namespace {
 
-// TESSERA_COMM_TIMEOUT (seconds): how long a rank waits for its peers at one
-// collective before the step fails; 300 by default.
-std::chrono::milliseconds comm_timeout() {
-  const char* value = std::getenv("TESSERA_COMM_TIMEOUT");
-  if (!value || !*value) return std::chrono::minutes(5);
+// Seconds from the environment variable `name`, or `fallback` when unset.
+std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::seconds fallback) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return fallback;
   char* end = nullptr;
   const double seconds = std::strtod(value, &end);
   if (*end != '\0' || !(seconds > 0)) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("TESSERA_COMM_TIMEOUT={}: expected seconds > 0", value),
-                "unset it for the default of 300 seconds");
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}={}: expected seconds > 0", name, value),
+                fmt::format("unset it for the default of {} seconds", fallback.count()));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
+
+// TESSERA_COMM_TIMEOUT: how long a rank waits for its peers at one
+// collective before the step fails.
+std::chrono::milliseconds comm_timeout() { return seconds_from_env("TESSERA_COMM_TIMEOUT", std::chrono::seconds(300)); }
 
 // What every node must run alike; the rendezvous compares it.
 std::string node_fingerprint(const EngineArgs& a, const ServingModel& s) {
@@ -161,7 +164,8 @@ std::shared_ptr<comm::Rendezvous> join_nodes(const EngineArgs& a, const ServingM
   options.fingerprint = node_fingerprint(a, s);
   options.offer = num_blocks;
   options.comm_timeout = comm_timeout();
-  options.timeout = std::max<std::chrono::milliseconds>(options.comm_timeout, std::chrono::minutes(10));
+  // Long by default: the other nodes may still be reading their weights.
+  options.timeout = seconds_from_env("TESSERA_RENDEZVOUS_TIMEOUT", std::chrono::seconds(600));
   options.share_nccl_id = !s.device.is_cpu();
   log_info("node {} of {}: meeting the other nodes at {}:{} (waiting up to {} s)", a.node_rank, a.nnodes,
            a.master_addr, a.master_port, options.timeout.count() / 1000);
