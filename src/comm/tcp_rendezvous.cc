@@ -87,13 +87,31 @@ Welcome read_welcome(TcpSocket& socket, Deadline deadline, int node_rank) {
 
 int node_of_rank(int rank, const RendezvousOptions& o) { return rank / (o.world_size / o.nnodes); }
 
+// Ranks still in the listener's queue would wait for an answer until their
+// timeout: each gets the refusal too, its hello read first (a socket closed
+// with unread data resets the connection, and the refusal would be lost).
+void refuse_queued(TcpListener& listener, const std::string& reason) {
+  while (true) {
+    try {
+      TcpSocket queued = listener.accept(*deadline_after(std::chrono::milliseconds(200)), "refusing");
+      Hello ignored;
+      queued.recv_all(&ignored, sizeof(ignored), deadline_after(std::chrono::milliseconds(200)), "hello");
+      if (ignored.fingerprint_bytes <= kMaxText) {
+        recv_text(queued, ignored.fingerprint_bytes, deadline_after(std::chrono::milliseconds(200)), "hello");
+      }
+      send_refusal(queued, reason);
+    } catch (const Error&) {
+      return;  // the queue is empty
+    }
+  }
+}
+
 // Node 0: accepts every other rank, checks its hello, answers all.
 void gather_ranks(const RendezvousOptions& o, TcpListener& listener, Deadline deadline,
                   std::vector<TcpSocket>& hub_sockets, int64_t& agreed) {
   const int world = o.world_size;
   hub_sockets.resize(world);
   int connected = 0;
-  std::string refusal;
   while (connected < world - 1) {
     TcpSocket socket = listener.accept(*deadline, fmt::format("node 0 waiting for {} more rank(s) of the {}-node group",
                                                              world - 1 - connected, o.nnodes).c_str());
@@ -112,8 +130,6 @@ void gather_ranks(const RendezvousOptions& o, TcpListener& listener, Deadline de
     if (hello.world_size != o.world_size || hello.nnodes != o.nnodes) {
       reason = fmt::format("node {} was started with --tp {} --nnodes {}, node 0 with --tp {} --nnodes {}",
                            hello.node_rank, hello.world_size, hello.nnodes, o.world_size, o.nnodes);
-    } else if (hello.node_rank == 0 && hello.rank >= ranks_per_node(o.world_size, o.nnodes, 0)) {
-      reason = "a second node 0 (another process with --node-rank 0)";
     } else if (hello.rank < 1 || hello.rank >= world || node_of_rank(hello.rank, o) != hello.node_rank) {
       reason = fmt::format("rank {} does not belong to node {}", hello.rank, hello.node_rank);
     } else if (hub_sockets[hello.rank].is_open()) {
@@ -126,28 +142,11 @@ void gather_ranks(const RendezvousOptions& o, TcpListener& listener, Deadline de
       send_refusal(socket, reason);
       // A node with other settings fails the whole start-up: say so on node 0
       // too, after telling every rank already connected.
-      if (refusal.empty()) refusal = reason;
       for (auto& s : hub_sockets) {
         if (s.is_open()) send_refusal(s, reason);
       }
-      // Ranks still in the listener's queue would wait for an answer until
-      // their timeout: refuse them too.
-      while (true) {
-        try {
-          TcpSocket queued = listener.accept(*deadline_after(std::chrono::milliseconds(200)), "refusing");
-          // Its hello is read first: a socket closed with unread data resets
-          // the connection, and the refusal would be lost.
-          Hello ignored;
-          queued.recv_all(&ignored, sizeof(ignored), deadline_after(std::chrono::milliseconds(200)), "hello");
-          if (ignored.fingerprint_bytes <= kMaxText) {
-            recv_text(queued, ignored.fingerprint_bytes, deadline_after(std::chrono::milliseconds(200)), "hello");
-          }
-          send_refusal(queued, reason);
-        } catch (const Error&) {
-          break;
-        }
-      }
-      throw Error(ErrorKind::kCommFailure, fmt::format("multi-node start-up: {}", refusal),
+      refuse_queued(listener, reason);
+      throw Error(ErrorKind::kCommFailure, fmt::format("multi-node start-up: {}", reason),
                   "start every node with the same model, --tp, --nnodes and flags, each with its own --node-rank");
     }
     agreed = std::min(agreed, hello.offer);
