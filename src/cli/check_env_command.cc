@@ -144,9 +144,10 @@ int run_check_env() {
     fmt::print("  backend       turbomind (CUDA) on cuda:0\n");
     fmt::print("  dtype         {}\n", dtype_name(dtype));
     // What --tp over every visible GPU would use, and with the switches.
-    auto describe = [&](bool same_device, bool disable_custom) {
+    auto describe = [&](bool same_device, bool disable_custom, int nnodes = 1) {
       comm::CommRequest request;
-      request.world_size = gpus > 1 || !same_device ? gpus : 2;
+      request.world_size = (gpus > 1 || !same_device ? gpus : 2) * nnodes;
+      request.nnodes = nnodes;
       request.on_gpu = true;
       request.visible_gpus = gpus;
       request.same_device = same_device;
@@ -164,8 +165,11 @@ int run_check_env() {
     fmt::print("  communicator  --tp {}: {}\n", gpus, gpus == 1 ? "none (one GPU)" : describe(false, false));
     if (gpus > 1) fmt::print("                with --disable-custom-all-reduce: {}\n", describe(false, true));
     fmt::print("                TESSERA_TP_SAME_DEVICE=1 --tp {}: {}\n", same_device_tp, describe(true, false));
+    fmt::print("                --nnodes 2 --tp {}: {}\n", 2 * gpus, describe(false, false, 2));
   } else {
-    fmt::print("  backend       cpu\n  dtype         float32\n  communicator  none\n");
+    fmt::print("  backend       cpu\n  dtype         float32\n");
+    fmt::print("  communicator  none (one rank); --tp N: thread (CPU ranks in this process); --nnodes N: tcp "
+               "(every collective through rank 0)\n");
   }
   return 0;
 }

@@ -69,7 +69,7 @@ def test_bench_allreduce_prints_latency_and_bus_bandwidth_per_size(tessera_bin):
 def test_check_env_shows_the_communicator_choices(tessera_bin):
     r = run(tessera_bin, "check_env")
     assert r.returncode == 0, r.stderr
-    assert "communicator" in r.stdout
+    assert "communicator" in r.stdout and "--nnodes" in r.stdout, r.stdout
     if has_gpu(tessera_bin):
         assert "TESSERA_TP_SAME_DEVICE=1" in r.stdout, r.stdout
 
