@@ -167,8 +167,8 @@ std::shared_ptr<comm::Rendezvous> join_nodes(const EngineArgs& a, const ServingM
   // Long by default: the other nodes may still be reading their weights.
   options.timeout = seconds_from_env("TESSERA_RENDEZVOUS_TIMEOUT", std::chrono::seconds(600));
   options.share_nccl_id = !s.device.is_cpu();
-  log_info("node {} of {}: meeting the other nodes at {}:{} (waiting up to {} s)", a.node_rank, a.nnodes,
-           a.master_addr, a.master_port, options.timeout.count() / 1000);
+  log_info("node {} of {}: meeting the other nodes at {}:{} (waiting up to {:g} s)", a.node_rank, a.nnodes,
+           a.master_addr, a.master_port, options.timeout.count() / 1000.0);
   auto nodes = std::make_shared<comm::Rendezvous>(comm::rendezvous(options));
   log_info("node {} of {}: every node joined; this node runs ranks {} .. {} of {}", a.node_rank, a.nnodes,
            nodes->first_rank, nodes->first_rank + static_cast<int>(nodes->links.size()) - 1, a.tp);

@@ -5,6 +5,7 @@ stops the worker cleanly; a worker that dies turns node 0's requests into
 clear errors without killing node 0; nodes that disagree, or a --tp that does
 not split over the nodes, are refused with the fix."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -66,68 +67,63 @@ def greedy(server, prompt):
 PROMPTS = ["Once upon a time", "The little dog"]
 
 
+@contextlib.contextmanager
+def two_nodes(binary, model_dir, tmp_path):
+    """Node 1 started first (it waits for node 0), then node 0 until it is ready; both ended afterwards."""
+    port = free_port()
+    worker = Worker(binary, model_dir, tmp_path / "node1.log", port)
+    node0 = None
+    try:
+        node0 = Server(binary, model_dir, tmp_path / "node0.log", *node_args(port, 0))
+        yield node0, worker
+    finally:
+        if node0:
+            node0.stop()
+        worker.kill()
+
+
 def test_two_nodes_serve_the_tokens_of_one_process_and_stop_together(tessera_bin, demo_dir, tmp_path):
     one = Server(tessera_bin, demo_dir, tmp_path / "one.log", "--backend", "cpu")
     try:
         expected = [greedy(one, p).json()["choices"][0]["text"] for p in PROMPTS]
     finally:
         assert one.stop() == 0
-    port = free_port()
-    worker = Worker(tessera_bin, demo_dir, tmp_path / "node1.log", port)  # before node 0: it waits for it
-    try:
-        node0 = Server(tessera_bin, demo_dir, tmp_path / "node0.log", *node_args(port, 0))
-        try:
-            got = [greedy(node0, p) for p in PROMPTS]
-            assert all(r.status_code == 200 for r in got), [r.text for r in got]
-            assert [r.json()["choices"][0]["text"] for r in got] == expected
-            log = node0.read_log()
-            assert "every node joined; this node runs ranks 0 .. 0 of 2" in log, log
-            assert "tcp communicator: 1 CPU rank(s) on each of 2 nodes" in log, log
-        finally:
-            assert node0.stop() == 0, node0.read_log()
+    with two_nodes(tessera_bin, demo_dir, tmp_path) as (node0, worker):
+        got = [greedy(node0, p) for p in PROMPTS]
+        assert all(r.status_code == 200 for r in got), [r.text for r in got]
+        assert [r.json()["choices"][0]["text"] for r in got] == expected
+        log = node0.read_log()
+        assert "every node joined; this node runs ranks 0 .. 0 of 2" in log, log
+        assert "tcp communicator: 1 CPU rank(s) on each of 2 nodes" in log, log
+        assert node0.stop() == 0, node0.read_log()
         assert worker.wait(30) == 0, worker.read_log()
         assert "node 0 stopped the group" in worker.read_log()
-    finally:
-        worker.kill()
 
 
 def test_a_worker_that_dies_gives_clear_errors_and_node_0_lives(tessera_bin, demo_dir, tmp_path):
-    port = free_port()
-    worker = Worker(tessera_bin, demo_dir, tmp_path / "node1.log", port)
-    try:
-        node0 = Server(tessera_bin, demo_dir, tmp_path / "node0.log", *node_args(port, 0))
-        try:
-            assert greedy(node0, "Hello").status_code == 200
-            worker.proc.send_signal(signal.SIGKILL)
-            worker.wait(10)
-            r = greedy(node0, "Hello")
-            assert r.status_code >= 500, r.text
-            assert "rank 1 at 127.0.0.1" in r.text, r.text
-            assert node0.proc.poll() is None, node0.read_log()  # still running
-            health = requests.get(node0.url + "/health", timeout=10)
-            assert health.status_code != 200, health.text
-        finally:
-            status = node0.stop()
-        assert status == 0, node0.read_log()
+    with two_nodes(tessera_bin, demo_dir, tmp_path) as (node0, worker):
+        assert greedy(node0, "Hello").status_code == 200
+        worker.proc.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        r = greedy(node0, "Hello")
+        assert r.status_code >= 500, r.text
+        assert "rank 1 at 127.0.0.1" in r.text, r.text
+        assert node0.proc.poll() is None, node0.read_log()  # still running
+        health = requests.get(node0.url + "/health", timeout=10)
+        assert health.status_code != 200, health.text
+        assert node0.stop() == 0, node0.read_log()
         log = node0.read_log()
         assert "rank 1 at 127.0.0.1" in log and "cannot be built again" in log, log
-    finally:
-        worker.kill()
 
 
 def test_a_worker_whose_node_0_dies_exits_with_the_reason(tessera_bin, demo_dir, tmp_path):
-    port = free_port()
-    worker = Worker(tessera_bin, demo_dir, tmp_path / "node1.log", port)
-    try:
-        node0 = Server(tessera_bin, demo_dir, tmp_path / "node0.log", *node_args(port, 0))
+    with two_nodes(tessera_bin, demo_dir, tmp_path) as (node0, worker):
         assert greedy(node0, "Hello").status_code == 200
         node0.proc.send_signal(signal.SIGKILL)
         node0.stop()
         assert worker.wait(30) == 1, worker.read_log()
         log = worker.read_log()
         assert "rank 0 at 127.0.0.1" in log and "closed the connection" in log, log
-    finally:
-        worker.kill()
 
 
 def test_nodes_that_disagree_are_refused_on_both(tessera_bin, demo_dir, tmp_path):
