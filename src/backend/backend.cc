@@ -14,4 +14,30 @@ std::unique_ptr<DeviceGraph> Backend::end_capture() {
   throw Error(ErrorKind::kInternal, "this backend records no device graphs");
 }
 
+// The separate ops, each into a temporary where the fused call has none.
+void Backend::fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight,
+                           const QuantizedWeight& packed, const Tensor& bias, Tensor& out) {
+  Tensor input = x;
+  if (fusion.input != LinearFusion::Input::kAsIs) {
+    const Shape shape = {x.dim(0), fusion.input == LinearFusion::Input::kSiluMul ? x.dim(1) / 2 : x.dim(1)};
+    const size_t bytes = dtype_bytes(x.dtype(), static_cast<size_t>(shape_numel(shape)));
+    input = fusion.scratch != nullptr && fusion.scratch->nbytes() >= bytes
+                ? Tensor(fusion.scratch->buffer(), 0, x.dtype(), shape)
+                : Tensor::empty(shape, x.dtype(), allocator());
+  }
+  if (fusion.input == LinearFusion::Input::kRmsNorm) {
+    TESSERA_CHECK(fusion.norm_weight != nullptr);
+    rms_norm(x, *fusion.norm_weight, fusion.eps, input);
+  } else if (fusion.input == LinearFusion::Input::kSiluMul) {
+    silu_mul(x, input);
+  }
+  Tensor result = fusion.accumulate ? Tensor::empty(out.shape(), out.dtype(), allocator()) : out;
+  if (packed.defined()) {
+    linear_quantized(input, packed, bias, result);
+  } else {
+    linear(input, weight, bias, result);
+  }
+  if (fusion.accumulate) add(out, result);
+}
+
 }  // namespace tessera::backend

@@ -35,6 +35,27 @@ class DeviceGraph {
   virtual void replay() = 0;
 };
 
+// What a linear layer's input is made of, and where its result goes; a
+// backend fuses these into the product where it can (the CUDA decode GEMV),
+// each saving a step one kernel, and otherwise runs the separate ops:
+//   input kAsIs     x                                 x [n, in]
+//         kRmsNorm  rms_norm(x, *norm_weight, eps)    x [n, in], norm_weight [in]
+//         kSiluMul  silu(gate) * up                   x [n, 2 * in] as gate | up
+//   accumulate      out += the result (out: the residual stream), else out =
+//   scratch         where a backend that runs the input's op separately may
+//                   put its [n, in] result (its buffer is used, any shape of
+//                   at least that many bytes), so a forward allocates its
+//                   buffers up front: ranks sharing a GPU must not allocate
+//                   between their collectives. Null: the backend finds room.
+struct LinearFusion {
+  enum class Input { kAsIs, kRmsNorm, kSiluMul };
+  Input input = Input::kAsIs;
+  const Tensor* norm_weight = nullptr;
+  float eps = 0.0f;
+  bool accumulate = false;
+  const Tensor* scratch = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -97,6 +118,10 @@ class Backend {
   //   qkv [n, qkv_size] (only the q part is read), out [n, num_heads * head_dim]
   virtual void paged_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch,
                                const PagedKvLayer& cache, int64_t block_size, Tensor& out) = 0;
+  // out (=|+=) fusion's input(x) · Wᵀ (+ bias), W the 16-bit `weight` or, where
+  // defined, the 4-bit `packed` one. The default runs the separate ops.
+  virtual void fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight,
+                            const QuantizedWeight& packed, const Tensor& bias, Tensor& out);
   // out = silu(gate) * up                   gate_up [n, 2 * inter] as gate | up, out [n, inter]
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // x += y                                  same shapes

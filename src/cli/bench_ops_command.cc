@@ -94,9 +94,11 @@ Tensor device_tensor(Shape shape, DType dtype, backend::Backend& backend, uint32
   return backend.upload_weight(host.dtype() == dtype ? host : host.to_dtype(dtype));
 }
 
-// y [batch, out] = x [batch, in] · w [out, in]ᵀ over enough weight copies to stream from DRAM.
+// y [batch, out] (=|+=) input(x) · w [out, in]ᵀ as a decode step calls it
+// (Backend::fused_linear: the norm or SiLU·mul before it, the residual add
+// after it), over enough weight copies to stream from DRAM.
 Row time_linear(backend::Backend& backend, const std::string& name, int64_t batch, int64_t out, int64_t in,
-                DType out_dtype, int64_t per_step, int repeats) {
+                DType out_dtype, backend::LinearFusion fusion, int64_t per_step, int repeats) {
   const DType dtype = backend.compute_dtype();
   const double weight_bytes = static_cast<double>(dtype_bytes(dtype, out * in));
   const int copies = static_cast<int>(std::clamp<double>(std::ceil(256e6 / weight_bytes), 1, 16));
@@ -107,18 +109,24 @@ Row time_linear(backend::Backend& backend, const std::string& name, int64_t batc
     backend.copy(first, copy);
     weights.push_back(copy);
   }
-  Tensor x = device_tensor({batch, in}, dtype, backend, 2);
-  Tensor y = Tensor::empty({batch, out}, out_dtype, backend.allocator());
-  backend.linear(x, first, Tensor(), y);  // first use: plans and the kernel choice
+  const bool silu = fusion.input == backend::LinearFusion::Input::kSiluMul;
+  Tensor x = device_tensor({batch, silu ? 2 * in : in}, dtype, backend, 2);
+  Tensor norm_weight = device_tensor({in}, dtype, backend, 3);
+  fusion.norm_weight = &norm_weight;
+  fusion.eps = 1e-5f;
+  // A residual to add into (the compute dtype), or the output alone.
+  Tensor y = fusion.accumulate ? device_tensor({batch, out}, dtype, backend, 4)
+                               : Tensor::empty({batch, out}, out_dtype, backend.allocator());
+  backend.fused_linear(x, fusion, first, backend::QuantizedWeight(), Tensor(), y);  // plans and the kernel choice
   size_t next = 0;
   const double seconds = backend.time_per_call(
       [&] {
-        backend.linear(x, weights[next], Tensor(), y);
+        backend.fused_linear(x, fusion, weights[next], backend::QuantizedWeight(), Tensor(), y);
         next = (next + 1) % weights.size();
       },
       repeats);
-  const double bytes = weight_bytes + static_cast<double>(dtype_bytes(dtype, batch * in)) +
-                       static_cast<double>(dtype_bytes(out_dtype, batch * out));
+  const double bytes = weight_bytes + static_cast<double>(dtype_bytes(dtype, x.numel())) +
+                       static_cast<double>(dtype_bytes(out_dtype, batch * out)) * (fusion.accumulate ? 2 : 1);
   return {name, fmt::format("{}x{} . {}x{}", batch, in, out, in), seconds, bytes, per_step};
 }
 
@@ -242,23 +250,28 @@ int run_bench_ops(const BenchOpsArgs& args) {
 
   OpTable table(bandwidth);
   const int64_t layers = spec.num_layers;
-  table.add(time_linear(*backend, "qkv", n, spec.qkv_size(), h, dtype, layers, repeats));
-  table.add(time_linear(*backend, "o", n, h, spec.q_size(), dtype, layers, repeats));
-  table.add(time_linear(*backend, "gate_up", n, 2 * inter, h, dtype, layers, repeats));
-  table.add(time_linear(*backend, "down", n, h, inter, dtype, layers, repeats));
-  table.add(time_linear(*backend, "lm_head (f32 out)", n, spec.vocab_size, h, DType::kF32, 1, repeats));
+  using Input = backend::LinearFusion::Input;
+  const backend::LinearFusion normed{Input::kRmsNorm}, added{Input::kAsIs, nullptr, 0.0f, true};
+  const backend::LinearFusion gated_added{Input::kSiluMul, nullptr, 0.0f, true};
+  table.add(time_linear(*backend, "qkv (rms_norm in)", n, spec.qkv_size(), h, dtype, normed, layers, repeats));
+  table.add(time_linear(*backend, "o (+= residual)", n, h, spec.q_size(), dtype, added, layers, repeats));
+  table.add(time_linear(*backend, "gate_up (rms_norm in)", n, 2 * inter, h, dtype, normed, layers, repeats));
+  table.add(time_linear(*backend, "down (silu_mul in, +=)", n, h, inter, dtype, gated_added, layers, repeats));
+  table.add(time_linear(*backend, "lm_head (rms_norm in, f32 out)", n, spec.vocab_size, h, DType::kF32, normed, 1,
+                        repeats));
   {
     Tensor x = device_tensor({n, h}, dtype, *backend, 4), w = device_tensor({h}, dtype, *backend, 5);
-    Tensor residual = device_tensor({n, h}, dtype, *backend, 6), out = Tensor::empty({n, h}, dtype, backend->allocator());
+    Tensor out = Tensor::empty({n, h}, dtype, backend->allocator());
     const double e = static_cast<double>(dtype_bytes(dtype, 1));
+    // The norms and SiLU·mul run inside the linear rows above where the
+    // backend fuses them; what each would cost as its own op, not counted
+    // in the step (0 per step):
     double s = backend->time_per_call([&] { backend->rms_norm(x, w, 1e-5f, out); }, repeats);
-    table.add({"rms_norm", fmt::format("{}x{}", n, h), s, e * (2 * n * h + h), 1});
-    s = backend->time_per_call([&] { backend->add_rms_norm(residual, x, w, 1e-5f, out); }, repeats);
-    table.add({"add_rms_norm", fmt::format("{}x{}", n, h), s, e * (4 * n * h + h), 2 * layers});
+    table.add({"rms_norm (alone)", fmt::format("{}x{}", n, h), s, e * (2 * n * h + h), 0});
     Tensor gate_up = device_tensor({n, 2 * inter}, dtype, *backend, 7);
     Tensor act = Tensor::empty({n, inter}, dtype, backend->allocator());
     s = backend->time_per_call([&] { backend->silu_mul(gate_up, act); }, repeats);
-    table.add({"silu_mul", fmt::format("{}x{}", n, inter), s, e * 3 * n * inter, layers});
+    table.add({"silu_mul (alone)", fmt::format("{}x{}", n, inter), s, e * 3 * n * inter, 0});
     Tensor table_w = device_tensor({1024, h}, dtype, *backend, 8);
     std::vector<int32_t> ids(n, 3);
     s = backend->time_per_call([&] { backend->embedding(table_w, ids, out); }, repeats);

@@ -73,13 +73,37 @@ Tensor Transformer::gather_logits(const Tensor& local) {
   return logits;
 }
 
-void Transformer::project(const Tensor& x, const Tensor& weight, const backend::QuantizedWeight& packed,
-                          const Tensor& bias, Tensor& out) {
-  if (packed.defined()) {
-    backend_.linear_quantized(x, packed, bias, out);
-  } else {
-    backend_.linear(x, weight, bias, out);
+void Transformer::project(const Tensor& x, backend::LinearFusion fusion, const Tensor& weight,
+                          const backend::QuantizedWeight& packed, const Tensor& bias, Tensor& out) {
+  if (shard_.world_size > 1 && fusion.input != backend::LinearFusion::Input::kAsIs) {
+    // Under tensor parallelism the input is formed by its own op: with the
+    // norm and SiLU·mul inside the CUDA GEMV, two ranks sharing one GPU timed
+    // out at an all-reduce (a cause not found yet); formed apart, they pass.
+    const bool silu = fusion.input == backend::LinearFusion::Input::kSiluMul;
+    TESSERA_CHECK(fusion.scratch != nullptr);
+    Tensor input(fusion.scratch->buffer(), 0, x.dtype(), {x.dim(0), silu ? x.dim(1) / 2 : x.dim(1)});
+    if (silu) {
+      backend_.silu_mul(x, input);
+    } else {
+      backend_.rms_norm(x, *fusion.norm_weight, fusion.eps, input);
+    }
+    fusion.input = backend::LinearFusion::Input::kAsIs;
+    backend_.fused_linear(input, fusion, weight, packed, bias, out);
+    return;
   }
+  backend_.fused_linear(x, fusion, weight, packed, bias, out);
+}
+
+void Transformer::project_into_residual(const Tensor& x, backend::LinearFusion fusion, const Tensor& weight,
+                                        const backend::QuantizedWeight& packed, Tensor& residual, Tensor& partial) {
+  if (shard_.world_size == 1) {
+    fusion.accumulate = true;  // the layer's output lands in the residual stream in the product's store
+    backend_.fused_linear(x, fusion, weight, packed, Tensor(), residual);
+    return;
+  }
+  project(x, fusion, weight, packed, Tensor(), partial);
+  all_reduce(partial);
+  backend_.add(residual, partial);
 }
 
 backend::PagedKvCache Transformer::allocate_cache(int64_t num_blocks, int64_t block_size) {
@@ -152,50 +176,54 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
   layer_batch.sliding_window = spec_.sliding_window.value_or(0);
   backend_.prepare(layer_batch);
 
-  Tensor residual = activation(hidden);   // [n, hidden]
-  Tensor normed = activation(hidden);     // [n, hidden]
+  Tensor residual = activation(hidden);                       // [n, hidden]
   Tensor qkv = activation(shard_.qkv_size(spec_.head_dim));   // this rank's heads
   Tensor attn_out = activation(shard_.q_size(spec_.head_dim));
-  Tensor projected = activation(hidden);
   Tensor gate_up = activation(2 * shard_.intermediate_size);  // this rank's units
-  Tensor mlp_hidden = activation(shard_.intermediate_size);
+  Tensor partial = shard_.world_size > 1 ? activation(hidden) : Tensor();  // a row-parallel layer's share
+  Tensor formed = activation(std::max(hidden, shard_.intermediate_size));  // a norm's or SiLU·mul's output, unfused
   const float eps = static_cast<float>(spec_.rms_norm_eps);
+  auto normed_by = [&](const Tensor& norm_weight) {
+    backend::LinearFusion fusion;
+    fusion.input = backend::LinearFusion::Input::kRmsNorm;
+    fusion.norm_weight = &norm_weight;
+    fusion.eps = eps;
+    fusion.scratch = &formed;
+    return fusion;
+  };
+  backend::LinearFusion silu_mul;
+  silu_mul.input = backend::LinearFusion::Input::kSiluMul;
+  silu_mul.scratch = &formed;
 
+  // Each norm is formed inside the linear layer that reads it, and each
+  // layer's output is added to the residual stream by the linear layer that
+  // makes it (backend.h, LinearFusion): where the backend fuses them, a
+  // decode layer is its GEMVs, RoPE and attention.
   backend_.embedding(weights_.embed, batch.token_ids, residual);
   trace("embedding", -1, residual);
-  backend_.rms_norm(residual, weights_.layers[0].attn_norm, eps, normed);
   for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     backend::PagedKvLayer& kv = cache.layers[layer];
-    trace("attn_norm", layer, normed);
-    project(normed, w.qkv, w.qkv_w4, w.qkv_bias, qkv);
+    project(residual, normed_by(w.attn_norm), w.qkv, w.qkv_w4, w.qkv_bias, qkv);
     backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
                                   cache.block_size);
     trace("qkv_rope", layer, qkv);
     backend_.paged_attention(qkv, shard_.num_heads, layer_batch, kv, cache.block_size, attn_out);
     trace("attention", layer, attn_out);
-    project(attn_out, w.o, w.o_w4, Tensor(), projected);
-    all_reduce(projected);
-    backend_.add_rms_norm(residual, projected, w.ffn_norm, eps, normed);  // residual += attention
-    trace("ffn_norm", layer, normed);
-    project(normed, w.gate_up, w.gate_up_w4, Tensor(), gate_up);
-    backend_.silu_mul(gate_up, mlp_hidden);
-    project(mlp_hidden, w.down, w.down_w4, Tensor(), projected);
-    all_reduce(projected);
-    trace("mlp", layer, projected);
-    // residual += mlp, then the next layer's input norm (or the final norm).
-    const Tensor& next_norm = layer + 1 < spec_.num_layers ? weights_.layers[layer + 1].attn_norm : weights_.final_norm;
-    backend_.add_rms_norm(residual, projected, next_norm, eps, normed);
+    project_into_residual(attn_out, {}, w.o, w.o_w4, residual, partial);  // residual += attention
+    trace("attention_residual", layer, residual);
+    project(residual, normed_by(w.ffn_norm), w.gate_up, w.gate_up_w4, Tensor(), gate_up);
+    project_into_residual(gate_up, silu_mul, w.down, w.down_w4, residual, partial);  // residual += mlp
     trace("residual", layer, residual);
   }
-  trace("final_norm", -1, normed);
 
   const int64_t m = static_cast<int64_t>(batch.logit_rows.size());
   TESSERA_CHECK(logits.dtype() == DType::kF32 && logits.dim(0) == m && logits.dim(1) == shard_.vocab_rows);
   Tensor selected = Tensor::empty({m, hidden}, dtype, allocator);
-  backend_.gather_rows(normed, batch.logit_rows, selected);
-  // Logits in f32 on every backend; this rank's vocabulary rows.
-  backend_.linear(selected, weights_.lm_head, Tensor(), logits);
+  backend_.gather_rows(residual, batch.logit_rows, selected);
+  // The final norm of only the rows that need logits; logits in f32 on every
+  // backend, this rank's vocabulary rows.
+  project(selected, normed_by(weights_.final_norm), weights_.lm_head, backend::QuantizedWeight(), Tensor(), logits);
 }
 
 namespace {

@@ -79,9 +79,14 @@ class Transformer {
   // The layers of one forward, writing logits [logit_rows.size(), shard.vocab_rows] f32 into `logits`.
   void run_layers(const ForwardBatch& batch, backend::PagedKvCache& cache, Tensor& logits);
   void make_graphs();
-  // A linear layer: its 4-bit weight when the backend keeps one, else the 16-bit one.
-  void project(const Tensor& x, const Tensor& weight, const backend::QuantizedWeight& packed, const Tensor& bias,
-               Tensor& out);
+  // A linear layer (out = fusion's input(x) · Wᵀ + bias): its 4-bit weight
+  // when the backend keeps one, else the 16-bit one.
+  void project(const Tensor& x, backend::LinearFusion fusion, const Tensor& weight,
+               const backend::QuantizedWeight& packed, const Tensor& bias, Tensor& out);
+  // residual += a row-parallel layer's output summed over the ranks: on one
+  // rank in the product's store; on several the partial is all-reduced and added.
+  void project_into_residual(const Tensor& x, backend::LinearFusion fusion, const Tensor& weight,
+                             const backend::QuantizedWeight& packed, Tensor& residual, Tensor& partial);
   // Sums a row-parallel layer's partial outputs over the ranks.
   void all_reduce(Tensor& partial);
   // [m, shard.vocab_rows] f32 on every rank -> host [m, vocab].

@@ -146,6 +146,47 @@ TEST(CpuKernels, PagedAttentionMatchesDenseOverGrid) {
 
 TEST(CpuKernels, PagedAttentionSlidingWindow) { check_paged_attention(4, 1, 64, 16, 40, 6); }
 
+// Backend::fused_linear (the CPU runs the separate ops) against the formulas
+// in double: rms_norm or silu·mul before the product, bias, and += into out.
+TEST(CpuFusedLinear, EachFusionMatchesTheFormula) {
+  auto backend = make_cpu_backend();
+  const int64_t n = 3, in = 40, out_features = 7;
+  const float eps = 1e-5f;
+  for (auto input : {LinearFusion::Input::kAsIs, LinearFusion::Input::kRmsNorm, LinearFusion::Input::kSiluMul}) {
+    for (bool accumulate : {false, true}) {
+      const int64_t x_width = input == LinearFusion::Input::kSiluMul ? 2 * in : in;
+      auto x = random_vector(n * x_width, 11), w = random_vector(out_features * in, 12), g = random_vector(in, 13);
+      auto b = random_vector(out_features, 14), start = random_vector(n * out_features, 15);
+      Tensor tx = Tensor::from_f32(x, {n, x_width}), tw = Tensor::from_f32(w, {out_features, in});
+      Tensor tg = Tensor::from_f32(g, {in}), tb = Tensor::from_f32(b, {out_features});
+      Tensor out = Tensor::from_f32(start, {n, out_features});
+      LinearFusion fusion;
+      fusion.input = input;
+      fusion.norm_weight = &tg;
+      fusion.eps = eps;
+      fusion.accumulate = accumulate;
+      backend->fused_linear(tx, fusion, tw, QuantizedWeight(), tb, out);
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<double> v(in);
+        double squares = 0;
+        for (int64_t j = 0; j < in; ++j) squares += double(x[i * x_width + j]) * x[i * x_width + j];
+        for (int64_t j = 0; j < in; ++j) {
+          const double a = x[i * x_width + j];
+          if (input == LinearFusion::Input::kAsIs) v[j] = a;
+          if (input == LinearFusion::Input::kRmsNorm) v[j] = a / std::sqrt(squares / in + eps) * g[j];
+          if (input == LinearFusion::Input::kSiluMul) v[j] = a / (1 + std::exp(-a)) * x[i * x_width + in + j];
+        }
+        for (int64_t o = 0; o < out_features; ++o) {
+          double expected = b[o] + (accumulate ? start[i * out_features + o] : 0.0);
+          for (int64_t j = 0; j < in; ++j) expected += v[j] * w[o * in + j];
+          EXPECT_NEAR(out.data<float>()[i * out_features + o], expected, 1e-4)
+              << "input " << static_cast<int>(input) << " accumulate " << accumulate << " row " << i << " out " << o;
+        }
+      }
+    }
+  }
+}
+
 TEST(Compare, CatchesAPlantedError) {
   // The closeness check itself must be able to fail: a single changed value,
   // or a NaN, is reported outside the bounds the tests use.

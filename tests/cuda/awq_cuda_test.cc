@@ -195,6 +195,47 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
   }
 }
 
+// Backend::fused_linear on 4-bit weights against the CPU's separate ops on
+// the dequantized weight: rms_norm(x) or silu(gate)·up formed by its op, then
+// every path (the tensor-core kernel up to 64 rows, dequantize + cuBLASLt at
+// 65, the scalar GEMV for f32 activations) adding into out in its own store.
+TEST_P(AwqCudaVsCpu, FusedLinearFormsTheInputAndAddsIntoTheResidual) {
+  struct Case {
+    int64_t n, k, group;
+  };
+  uint32_t seed = 300;
+  for (const Case& s : {Case{1000, 384, 128}, Case{130, 1024, 64}, Case{264, 4096, 128}}) {
+    const QuantizedWeight w = random_weight(s.n, s.k, s.group, seed++);
+    const QuantizedWeight device = cuda_->upload_quantized_weight(w);
+    const Tensor dense = dequantize_weight(w);
+    for (auto input : {LinearFusion::Input::kRmsNorm, LinearFusion::Input::kSiluMul, LinearFusion::Input::kAsIs}) {
+      for (bool accumulate : {false, true}) {
+        for (int64_t m : {1, 9, 64, 65}) {
+          const int64_t width = input == LinearFusion::Input::kSiluMul ? 2 * s.k : s.k;
+          Tensor x = random({m, width}, seed), g = random({s.k}, seed + 1), start = random({m, s.n}, seed + 2);
+          seed += 3;
+          LinearFusion fusion;
+          fusion.input = input;
+          fusion.norm_weight = &g;
+          fusion.eps = 1e-5f;
+          fusion.accumulate = accumulate;
+          Tensor expected = start.to_f32();  // a copy
+          cpu_->fused_linear(x, fusion, dense, QuantizedWeight(), Tensor(), expected);
+          Tensor gg = cuda_->upload_weight(g), out = cuda_->upload_weight(start);
+          fusion.norm_weight = &gg;
+          cuda_->fused_linear(cuda_->upload_weight(x), fusion, Tensor(), device, Tensor(), out);
+          Tensor got = cuda_->to_host_f32(out);
+          auto c = testing::compare(got.data<float>(), expected.data<float>(), static_cast<size_t>(expected.numel()));
+          const Bounds b = bounds_for(dtype_);
+          EXPECT_TRUE(c.within(b.max_abs, b.rel_norm))
+              << "input " << static_cast<int>(input) << (accumulate ? " +=" : "") << " m " << m << " n " << s.n
+              << " k " << s.k << " (" << dtype_name(dtype_) << "): " << c.describe();
+        }
+      }
+    }
+  }
+}
+
 // The tiles dequantized (the path of more than 64 rows) give each weight as
 // the CPU's (q - zero) * scale rounded to the activation type, bit for bit.
 TEST_P(AwqCudaVsCpu, TilesDequantizeToTheCanonicalWeights) {

@@ -2,6 +2,7 @@
 // skinny shapes, every rows-per-warp variant, f16 and bf16, f32 and 16-bit
 // outputs; then the same shapes through Backend::linear, which picks GEMV or
 // cuBLASLt by timing. A planted wrong value must be caught. ctest label: gpu.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -107,6 +108,127 @@ TEST_P(CudaGemv, APlantedWrongResultIsCaught) {
   got.data<float>()[n + 5] += 0.01f;  // the plant
   EXPECT_FALSE(close_enough(testing::compare(got.data<float>(), expected.data<float>(), m * n), DType::kF32));
 }
+
+// The fused inputs and stores (gemv.h GemvFusion) against the CPU backend's
+// separate ops in f32, on the same 16-bit-rounded operands: every rows-per-
+// warp variant by launch_gemv_fused, then Backend::fused_linear, which takes
+// the fused GEMV where the GEMV is the shape's kernel and the separate CUDA
+// ops elsewhere (17 rows: always the separate ops).
+struct FusionCase {
+  LinearFusion::Input input;
+  bool accumulate, bias;
+};
+const std::vector<FusionCase> kFusions = {
+    {LinearFusion::Input::kRmsNorm, false, false}, {LinearFusion::Input::kRmsNorm, false, true},
+    {LinearFusion::Input::kSiluMul, true, false},  {LinearFusion::Input::kSiluMul, false, false},
+    {LinearFusion::Input::kAsIs, true, false},     {LinearFusion::Input::kAsIs, false, true},
+};
+
+std::string describe(const FusionCase& f, int64_t m, int64_t n, int64_t k) {
+  const char* names[] = {"as-is", "rms_norm", "silu_mul"};
+  return fmt::format("{} input{}{} m={} n={} k={}", names[static_cast<int>(f.input)], f.accumulate ? ", +=" : "",
+                     f.bias ? ", bias" : "", m, n, k);
+}
+
+class CudaFusedGemv : public CudaGemv {
+ protected:
+  struct Operands {
+    Tensor x, w, g, bias, start, expected;  // host f32, rounded to the dtype
+  };
+  Operands make(const FusionCase& f, int64_t m, int64_t n, int64_t k, uint32_t seed) {
+    Operands o;
+    const int64_t width = f.input == LinearFusion::Input::kSiluMul ? 2 * k : k;
+    o.x = random_rounded({m, width}, seed, 2.0f, dtype_);
+    o.w = random_rounded({n, k}, seed + 1, 0.05f, dtype_);
+    o.g = random_rounded({k}, seed + 2, 1.5f, dtype_);
+    o.bias = f.bias ? random_rounded({n}, seed + 3, 1.0f, dtype_) : Tensor();
+    o.start = random_rounded({m, n}, seed + 4, 1.0f, dtype_);
+    o.expected = o.start.to_f32();  // a copy
+    cpu_->fused_linear(o.x, fusion(f, o.g), o.w, QuantizedWeight(), o.bias, o.expected);
+    return o;
+  }
+  static LinearFusion fusion(const FusionCase& f, const Tensor& g) {
+    LinearFusion fusion;
+    fusion.input = f.input;
+    fusion.norm_weight = &g;
+    fusion.eps = 1e-5f;
+    fusion.accumulate = f.accumulate;
+    return fusion;
+  }
+};
+
+TEST_P(CudaFusedGemv, EveryVariantMatchesTheSeparateCpuOps) {
+  for (const FusionCase& f : kFusions) {
+    for (auto [m, n, k] : kShapes) {
+      Operands o = make(f, m, n, k, 20);
+      Tensor gx = cuda_->upload_weight(o.x), gw = cuda_->upload_weight(o.w), gg = cuda_->upload_weight(o.g);
+      Tensor gb = f.bias ? cuda_->upload_weight(o.bias) : Tensor();
+      cuda::GemvFusion gemv;
+      gemv.input = f.input == LinearFusion::Input::kRmsNorm   ? cuda::FusedInput::kRmsNorm
+                   : f.input == LinearFusion::Input::kSiluMul ? cuda::FusedInput::kSiluMul
+                                                              : cuda::FusedInput::kPlain;
+      gemv.norm_weight = gg.raw_data();
+      gemv.eps = 1e-5f;
+      gemv.bias = f.bias ? gb.raw_data() : nullptr;
+      gemv.accumulate = f.accumulate;
+      ASSERT_TRUE(cuda::gemv_fusion_supported(gemv, gx.raw_data(), gw.raw_data(), m, k, dtype_, dtype_));
+      for (int rows : {1, 2, 4}) {
+        Tensor y = cuda_->upload_weight(o.start);
+        cuda_->synchronize();
+        cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, rows, gemv,
+                                nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        Tensor got = cuda_->to_host_f32(y);
+        auto c = testing::compare(got.data<float>(), o.expected.data<float>(), static_cast<size_t>(m * n));
+        EXPECT_TRUE(close_enough(c, dtype_)) << describe(f, m, n, k) << " rows/warp " << rows << ": " << c.describe();
+      }
+    }
+  }
+}
+
+TEST_P(CudaFusedGemv, TheBackendsFusedLinearMatchesTheSeparateCpuOps) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = kShapes;
+  shapes.emplace_back(17, 300, 512);  // past the GEMV's rows: the separate ops on the GPU
+  for (const FusionCase& f : kFusions) {
+    for (auto [m, n, k] : shapes) {
+      Operands o = make(f, m, n, k, 30);
+      Tensor gx = cuda_->upload_weight(o.x), gw = cuda_->upload_weight(o.w), gg = cuda_->upload_weight(o.g);
+      Tensor gb = f.bias ? cuda_->upload_weight(o.bias) : Tensor();
+      for (int call = 0; call < 2; ++call) {  // the first call times the candidates, the second uses the choice
+        Tensor y = cuda_->upload_weight(o.start);
+        cuda_->fused_linear(gx, fusion(f, gg), gw, QuantizedWeight(), gb, y);
+        Tensor got = cuda_->to_host_f32(y);
+        auto c = testing::compare(got.data<float>(), o.expected.data<float>(), static_cast<size_t>(m * n));
+        EXPECT_TRUE(close_enough(c, dtype_)) << describe(f, m, n, k) << " call " << call << ": " << c.describe();
+      }
+    }
+  }
+}
+
+// A GEMV that forgot the residual, or the norm, would be caught: the fused
+// result against the expectation without them fails the same bounds.
+TEST_P(CudaFusedGemv, AMissingResidualOrNormIsCaught) {
+  const int64_t m = 1, n = 256, k = 1024;
+  for (const FusionCase& f : {FusionCase{LinearFusion::Input::kAsIs, true, false},
+                              FusionCase{LinearFusion::Input::kRmsNorm, false, false}}) {
+    Operands o = make(f, m, n, k, 40);
+    FusionCase without = f;
+    without.accumulate = false;
+    without.input = LinearFusion::Input::kAsIs;
+    Tensor wrong = Tensor::empty({m, n}, DType::kF32);
+    cpu_->fused_linear(o.x, fusion(without, o.g), o.w, QuantizedWeight(), Tensor(), wrong);
+    Tensor gx = cuda_->upload_weight(o.x), gw = cuda_->upload_weight(o.w), gg = cuda_->upload_weight(o.g);
+    Tensor y = cuda_->upload_weight(o.start);
+    cuda_->fused_linear(gx, fusion(f, gg), gw, QuantizedWeight(), Tensor(), y);
+    Tensor got = cuda_->to_host_f32(y);
+    EXPECT_TRUE(close_enough(testing::compare(got.data<float>(), o.expected.data<float>(), m * n), dtype_));
+    EXPECT_FALSE(close_enough(testing::compare(got.data<float>(), wrong.data<float>(), m * n), dtype_))
+        << describe(f, m, n, k);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedGemv, ::testing::Values(DType::kF16, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaGemv, ::testing::Values(DType::kF16, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });

@@ -125,6 +125,7 @@ class CudaBackend final : public Backend {
     }
     if (const char* w4 = std::getenv("TESSERA_W4_GEMV")) w4_gemv_mode_ = std::string(w4) == "1" ? 1 : 0;
     if (const char* tiles = std::getenv("TESSERA_W4_TILES")) w4_tiles_mode_ = std::string(tiles) == "0" ? 0 : 1;
+    if (const char* fused = std::getenv("TESSERA_FUSED_INPUT")) fuse_inputs_ = std::string(fused) != "0";
   }
 
   ~CudaBackend() override {
@@ -303,13 +304,18 @@ class CudaBackend final : public Backend {
   }
 
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override {
+    product(x, weight, bias, out, false);
+  }
+
+  // out (=|+=) x · weightᵀ (+ bias).
+  void product(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, bool accumulate) {
     if (weight.dim(1) != x.dim(1) || out.dim(0) != x.dim(0) || out.dim(1) != weight.dim(0)) {
       throw Error(ErrorKind::kInternal, fmt::format("cuda linear: {} · {}ᵀ does not fit {}", x.describe(),
                                                     weight.describe(), out.describe()));
     }
     if (staging_) return;
     gemm_->linear(x.raw_data(), weight.raw_data(), out.raw_data(), x.dim(0), weight.dim(0), x.dim(1), x.dtype(),
-                  out.dtype());
+                  out.dtype(), accumulate);
     if (bias.defined()) {
       TESSERA_CHECK(out.dtype() == bias.dtype());
       dispatch(out.dtype(), [&](auto tag) {
@@ -366,6 +372,70 @@ class CudaBackend final : public Backend {
                                       batch.sliding_window, ptr<T>(cache.keys), ptr<T>(cache.values), ptr<T>(out),
                                       stream_);
     });
+  }
+
+  // The 16-bit decode GEMV forms the input and the store itself where it is
+  // the shape's kernel (up to 16 rows). Elsewhere the input is formed by its
+  // op (rms_norm, silu_mul) into a scratch, and every product still adds into
+  // the residual in its own store (cuBLASLt's beta = 1, the 4-bit kernels'
+  // epilogue): no step runs a separate add.
+  void fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight, const QuantizedWeight& packed,
+                    const Tensor& bias, Tensor& out) override {
+    if (!fuse_inputs_ && fusion.input != LinearFusion::Input::kAsIs) {
+      LinearFusion store_only;
+      store_only.accumulate = fusion.accumulate;
+      store_only.scratch = fusion.scratch;
+      return fused_linear(formed_input(x, fusion), store_only, weight, packed, bias, out);
+    }
+    // The 4-bit kernels take the input as it is: forming it inside the
+    // tensor-core kernel measured slower than the separate op (BENCHMARKS.md).
+    if (packed.defined()) return quantized_product(formed_input(x, fusion), packed, bias, out, fusion.accumulate);
+    const int64_t in = fusion.input == LinearFusion::Input::kSiluMul ? x.dim(1) / 2 : x.dim(1);
+    const bool fusable = x.dtype() == compute_dtype_ && weight.dtype() == x.dtype() && weight.dim(1) == in &&
+                         out.dim(0) == x.dim(0) && out.dim(1) == weight.dim(0) &&
+                         (!bias.defined() || bias.dtype() == out.dtype()) &&
+                         (fusion.input == LinearFusion::Input::kAsIs || out.dtype() == x.dtype());
+    if (fusable && x.dim(0) <= cuda::kGemvMaxRows) {
+      if (staging_) return;
+      cuda::GemvFusion gemv;
+      if (fusion.input == LinearFusion::Input::kSiluMul) gemv.input = cuda::FusedInput::kSiluMul;
+      if (fusion.input == LinearFusion::Input::kRmsNorm) {
+        TESSERA_CHECK(fusion.norm_weight != nullptr && fusion.norm_weight->dtype() == x.dtype());
+        gemv.input = cuda::FusedInput::kRmsNorm;
+        gemv.norm_weight = fusion.norm_weight->raw_data();
+        gemv.eps = fusion.eps;
+      }
+      gemv.bias = bias.defined() ? bias.raw_data() : nullptr;
+      gemv.accumulate = fusion.accumulate;
+      if (gemm_->linear_fused(x.raw_data(), weight.raw_data(), out.raw_data(), x.dim(0), weight.dim(0), in, x.dtype(),
+                              out.dtype(), gemv)) {
+        return;
+      }
+    }
+    product(formed_input(x, fusion), weight, bias, out, fusion.accumulate);
+  }
+
+  // x itself, or the separate op's rms_norm / silu_mul of it in the caller's
+  // scratch (backend.h), else in input_scratch_ (one buffer, grown as needed:
+  // the product that reads it is queued before the next input is formed).
+  Tensor formed_input(const Tensor& x, const LinearFusion& fusion) {
+    if (fusion.input == LinearFusion::Input::kAsIs) return x;
+    const bool silu = fusion.input == LinearFusion::Input::kSiluMul;
+    const Shape shape = {x.dim(0), silu ? x.dim(1) / 2 : x.dim(1)};
+    const size_t bytes = dtype_bytes(x.dtype(), static_cast<size_t>(shape_numel(shape)));
+    const bool caller_has_room = fusion.scratch != nullptr && fusion.scratch->nbytes() >= bytes;
+    if (!caller_has_room && (!input_scratch_.defined() || input_scratch_.nbytes() < bytes)) {
+      input_scratch_ = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, *allocator_);
+      ++graph_generation_;  // recorded graphs read the old buffer
+    }
+    Tensor formed(caller_has_room ? fusion.scratch->buffer() : input_scratch_.buffer(), 0, x.dtype(), shape);
+    if (silu) {
+      silu_mul(x, formed);
+    } else {
+      TESSERA_CHECK(fusion.norm_weight != nullptr);
+      rms_norm(x, *fusion.norm_weight, fusion.eps, formed);
+    }
+    return formed;
   }
 
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
@@ -450,6 +520,11 @@ class CudaBackend final : public Backend {
   // one row takes it untimed) against the same. More rows: dequantize into a
   // scratch weight in the activation dtype and use cuBLASLt.
   void linear_quantized(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out) override {
+    quantized_product(x, w, bias, out, false);
+  }
+
+  // out (=|+=) x · dequantize(w)ᵀ (+ bias).
+  void quantized_product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate) {
     const int64_t m = x.dim(0), n = w.out_features, k = w.in_features;
     if (x.dim(1) != k || out.dim(0) != m || out.dim(1) != n || out.dtype() != x.dtype() ||
         reinterpret_cast<uintptr_t>(x.raw_data()) % 16 != 0) {
@@ -461,11 +536,24 @@ class CudaBackend final : public Backend {
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* bias_ptr = bias.defined() ? ptr<T>(bias) : nullptr;
-      auto dequantize_gemm = [&](auto dequantize) {
+      // Candidates are timed into a scratch output (`out` may be the residual
+      // they add to), if it fits one that needs no allocation (gemm.h).
+      Tensor scratch;
+      auto timed = [&](const auto& run) {
+        return [&](size_t candidate) {
+          T* target = static_cast<T*>(gemm_->timing_output(out.nbytes()));
+          if (target == nullptr) {
+            if (!scratch.defined()) scratch = Tensor::empty(out.shape(), out.dtype(), *allocator_);
+            target = ptr<T>(scratch);
+          }
+          run(candidate, target, false);
+        };
+      };
+      auto dequantize_gemm = [&](auto dequantize, T* target, bool add) {
         Tensor dense = Tensor::empty({n, k}, x.dtype(), *allocator_);  // stream-ordered: reused by the pool
         dequantize(ptr<T>(dense));
-        gemm_->linear(x.raw_data(), dense.raw_data(), out.raw_data(), m, n, k, x.dtype(), out.dtype());
-        if (bias.defined()) cuda::launch_add_bias<T>(ptr<T>(out), bias_ptr, m, n, stream_);
+        gemm_->linear(x.raw_data(), dense.raw_data(), target, m, n, k, x.dtype(), out.dtype(), add);
+        if (bias.defined()) cuda::launch_add_bias<T>(target, bias_ptr, m, n, stream_);
       };
       if (w.backend_layout) {
         if constexpr (std::is_same_v<T, float>) {
@@ -473,31 +561,33 @@ class CudaBackend final : public Backend {
         } else {
           // Candidate 0: dequantize + cuBLASLt; 1-4: the kernel with 1, 2, 4, 8 row warps.
           const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
-          auto run = [&](size_t candidate) {
+          auto run = [&](size_t candidate, T* target, bool add) {
             if (candidate == 0) {
               return dequantize_gemm([&](T* dense) {
                 cuda::launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_);
-              });
+              }, target, add);
             }
             cuda::launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
-                                      1 << (candidate - 1), ptr<T>(out), stream_);
+                                      1 << (candidate - 1), target, stream_, add);
           };
-          run(w4_choice({m, n, k, x.dtype(), true}, m <= cuda::kW4MmaMaxRows ? 5 : 1, false, run));
+          run(w4_choice({m, n, k, x.dtype(), true}, m <= cuda::kW4MmaMaxRows ? 5 : 1, false, timed(run)), ptr<T>(out),
+              accumulate);
         }
       } else {
         // Candidate 0: dequantize + cuBLASLt; 1: the scalar GEMV.
         const auto* scales = static_cast<const __half*>(w.scales.raw_data());
         const auto* zeros = static_cast<const uint8_t*>(w.zeros.raw_data());
-        auto run = [&](size_t candidate) {
+        auto run = [&](size_t candidate, T* target, bool add) {
           if (candidate == 0) {
             return dequantize_gemm([&](T* dense) {
               cuda::launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, dense, stream_);
-            });
+            }, target, add);
           }
-          cuda::launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias_ptr, m, n, k, w.group_size, ptr<T>(out),
-                                     stream_);
+          cuda::launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias_ptr, m, n, k, w.group_size, target,
+                                     stream_, add);
         };
-        run(w4_choice({m, n, k, x.dtype(), false}, m <= cuda::kW4GemvMaxRows ? 2 : 1, m == 1, run));
+        run(w4_choice({m, n, k, x.dtype(), false}, m <= cuda::kW4GemvMaxRows ? 2 : 1, m == 1, timed(run)), ptr<T>(out),
+            accumulate);
       }
     });
   }
@@ -633,7 +723,9 @@ class CudaBackend final : public Backend {
   PinnedStaging pinned_;               // to_host_f32's landing place
   int w4_gemv_mode_ = -1;   // TESSERA_W4_GEMV: 1 a packed-weight kernel wherever one applies, 0 dequantize; -1 timed
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)
-  int w4_tiles_mode_ = -1;  // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
+  int w4_tiles_mode_ = -1;
+  Tensor input_scratch_;     // formed_input's buffer
+  bool fuse_inputs_ = true;  // TESSERA_FUSED_INPUT=0: norms and SiLU·mul by their own ops (comparisons)  // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
   std::map<W4Key, size_t> w4_choice_;  // per 4-bit shape: the candidate w4_choice picked
   Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
   bool capturing_ = false;             // the stream records a graph: no uploads

@@ -45,7 +45,7 @@ struct Gemm::Plan {
   }
 };
 
-Gemm::Gemm(cudaStream_t stream, Allocator& allocator) : stream_(stream) {
+Gemm::Gemm(cudaStream_t stream, Allocator& allocator) : stream_(stream), allocator_(allocator) {
   if (const char* mode = std::getenv("TESSERA_GEMV")) {
     if (std::strcmp(mode, "0") == 0) gemv_mode_ = 0;
     if (std::strcmp(mode, "1") == 0) gemv_mode_ = 1;
@@ -91,9 +91,9 @@ Gemm::Plan& Gemm::plan_for(const Key& key) {
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void Gemm::run_cublas(const void* x, const void* w, void* y, const Key& key) {
+void Gemm::run_cublas(const void* x, const void* w, void* y, const Key& key, bool accumulate) {
   Plan& plan = plan_for(key);
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // C = D = y: in place
   TESSERA_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y,
                                       plan.c, plan.has_algorithm ? &plan.algorithm : nullptr, workspace_.raw_data(),
                                       kWorkspaceBytes, stream_));
@@ -118,7 +118,11 @@ struct EventPair {
 
 }  // namespace
 
-int Gemm::choose(const void* x, const void* w, void* y, const Key& key) {
+void* Gemm::timing_output(size_t bytes) {
+  return bytes <= kWorkspaceBytes / 2 ? static_cast<char*>(workspace_.raw_data()) + kWorkspaceBytes / 2 : nullptr;
+}
+
+int Gemm::choose(const void* x, const void* w, const Key& key) {
   auto [m, n, k, in_dtype, out_dtype] = key;
   if (gemv_mode_ == 0 || !gemv_supported(x, w, m, k, in_dtype, out_dtype)) return 0;
   auto it = choices_.find(key);
@@ -127,8 +131,14 @@ int Gemm::choose(const void* x, const void* w, void* y, const Key& key) {
   TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
   if (capture != cudaStreamCaptureStatusNone) return 0;  // cannot time inside a graph capture; decide later
 
-  // Time every candidate on the real operands (y is overwritten by the caller's run anyway).
+  // Time every candidate on the real operands, into a scratch y (the caller's
+  // may be a residual the run adds to): cuBLASLt's workspace where y fits,
+  // whose contents only matter inside one cuBLASLt call, so nothing is
+  // allocated between the collectives of ranks that share a GPU.
   constexpr int kRepeats = 5;
+  void* y = timing_output(dtype_bytes(out_dtype, static_cast<size_t>(m * n)));
+  Tensor scratch = y != nullptr ? Tensor() : Tensor::empty({m, n}, out_dtype, allocator_);
+  if (y == nullptr) y = scratch.raw_data();
   EventPair events;
   std::string report;
   int best = 0;
@@ -165,15 +175,27 @@ std::string Gemm::choice_for(int64_t m, int64_t n, int64_t k, DType in_dtype, DT
 }
 
 void Gemm::linear(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
-                  DType out_dtype) {
+                  DType out_dtype, bool accumulate) {
   if (m == 0 || n == 0) return;
   const Key key{m, n, k, in_dtype, out_dtype};
-  const int choice = choose(x, w, y, key);
+  const int choice = choose(x, w, key);
   if (choice == 0) {
-    run_cublas(x, w, y, key);
+    run_cublas(x, w, y, key, accumulate);
   } else {
-    launch_gemv(x, w, y, m, n, k, in_dtype, out_dtype, choice, stream_);
+    GemvFusion fusion;
+    fusion.accumulate = accumulate;
+    launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, choice, fusion, stream_);
   }
+}
+
+bool Gemm::linear_fused(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
+                        DType out_dtype, const GemvFusion& fusion) {
+  if (m == 0 || n == 0) return true;
+  if (!gemv_fusion_supported(fusion, x, w, m, k, in_dtype, out_dtype)) return false;
+  const int choice = choose(x, w, {m, n, k, in_dtype, out_dtype});
+  if (choice == 0) return false;
+  launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, choice, fusion, stream_);
+  return true;
 }
 
 }  // namespace tessera::backend::cuda

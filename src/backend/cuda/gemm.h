@@ -17,6 +17,7 @@
 #include <string>
 #include <tuple>
 
+#include "backend/cuda/gemv.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 
@@ -30,7 +31,20 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   // x [m, k] and w [n, k] share a dtype; y [m, n] is f32 or that dtype.
-  void linear(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype);
+  // accumulate: y += the product (cuBLASLt's beta = 1, the GEMV's store).
+  void linear(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype,
+              bool accumulate = false);
+
+  // y = f(x) · wᵀ with the GEMV's fusion (gemv.h) where the GEMV is this
+  // shape's kernel (decided as for linear, by timing the unfused kernels);
+  // false where cuBLASLt is or the fusion does not apply, and nothing ran.
+  bool linear_fused(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
+                    DType out_dtype, const GemvFusion& fusion);
+
+  // Where a timing run may write an output of `bytes` without allocating: a
+  // part of cuBLASLt's workspace (its contents only matter inside one
+  // cuBLASLt call), or null when it does not fit.
+  void* timing_output(size_t bytes);
 
   // The kernel chosen for a shape so far: "cublaslt", "gemv/rN" or "" (not decided yet).
   std::string choice_for(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype) const;
@@ -39,12 +53,14 @@ class Gemm {
   using Key = std::tuple<int64_t, int64_t, int64_t, DType, DType>;
   struct Plan;
   Plan& plan_for(const Key& key);
-  void run_cublas(const void* x, const void* w, void* y, const Key& key);
-  // 0: cuBLASLt, 1/2/4: the GEMV with that many rows per warp.
-  int choose(const void* x, const void* w, void* y, const Key& key);
+  void run_cublas(const void* x, const void* w, void* y, const Key& key, bool accumulate = false);
+  // 0: cuBLASLt, 1/2/4: the GEMV with that many rows per warp; the
+  // candidates are timed on x and w, into a scratch output.
+  int choose(const void* x, const void* w, const Key& key);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
+  Allocator& allocator_;
   Tensor workspace_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, int> choices_;

@@ -9,8 +9,21 @@
 // warp, so it stays in L1/L2 rather than being staged through shared memory
 // (which would cost a barrier per tile for no fewer L1 transactions). The
 // m·R partial sums are reduced across the warp at the end.
+//
+// Fusions (GemvFusion), which save decode a kernel each around the GEMV:
+//   - RMSNorm of x: rms_norm(x)·wᵀ = inv_rms(x) · ((x∘g)·wᵀ), and inv_rms is
+//     a per-row scalar, so the loop multiplies x by g and, since every warp
+//     reads all of x once, also sums x²; the scalar is applied to the warp's
+//     sums at the end. No extra pass over x, no barrier.
+//   - SiLU·mul: x is gate | up (row stride 2k); silu(gate)·up is formed in
+//     f32 as the chunks are read.
+//   - bias and accumulate (y += result: the residual stream) in the store.
+// The fused inputs are never rounded to 16 bits (the separate ops round them
+// once), so the fused result is nearer the f32 reference, not further.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
@@ -51,6 +64,36 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, __nv_bfloa
   return sum;
 }
 
+// Eight 16-bit values as f32.
+__device__ __forceinline__ void to_floats8(const uint4& a, float (&f)[8], __half) {
+  const __half2* h = reinterpret_cast<const __half2*>(&a);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __half22float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+__device__ __forceinline__ void to_floats8(const uint4& a, float (&f)[8], __nv_bfloat16) {
+  const uint32_t words[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // bf16 is the top half of an f32
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+  }
+}
+
+// Σ of x[0..8) times the 8 16-bit values of w, in f32.
+template <typename T>
+__device__ __forceinline__ float dot8f(const float (&x)[8], const uint4& w) {
+  float wf[8];
+  to_floats8(w, wf, T{});
+  float sum = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sum = fmaf(x[e], wf[e], sum);
+  return sum;
+}
+
 template <typename TOut>
 __device__ __forceinline__ TOut store_as(float v);
 template <>
@@ -60,28 +103,35 @@ __device__ __forceinline__ __half store_as<__half>(float v) { return __float2hal
 template <>
 __device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-// x [m, k], w [n, k], y [m, n]; kM ≥ m (rows ≥ m are skipped), kR weight rows per warp.
-template <typename T, typename TOut, int kM, int kR>
+// x [m, k] (kSiluMul: [m, 2k], gate | up), w [n, k], y [m, n]; kM ≥ m (rows
+// ≥ m are skipped), kR weight rows per warp. norm_weight [k] for kRmsNorm,
+// bias [n] or null; accumulate: y += the result.
+template <typename T, typename TOut, int kM, int kR, FusedInput kInput>
 __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, TOut* __restrict__ y, int m, int64_t n, int64_t k) {
+    gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, TOut* __restrict__ y, int m, int64_t n, int64_t k,
+                const T* __restrict__ norm_weight, float eps, const T* __restrict__ bias, bool accumulate) {
   wait_for_previous_kernel();
   constexpr int kUnroll = 8 / kR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t first = (int64_t(blockIdx.x) * kGemvWarps + warp) * kR;
   if (first >= n) return;
   const int64_t chunks = k / 8;
+  const int64_t x_row_chunks = kInput == FusedInput::kSiluMul ? 2 * chunks : chunks;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
+  const uint4* gv = reinterpret_cast<const uint4*>(norm_weight);
   const uint4* wv[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     // Rows past n re-read the last row (never stored): no branch in the loop.
     wv[r] = reinterpret_cast<const uint4*>(w + min(first + r, n - 1) * k);
   }
-  float acc[kM][kR];
+  float acc[kM][kR], squares[kM];
 #pragma unroll
-  for (int i = 0; i < kM; ++i)
+  for (int i = 0; i < kM; ++i) {
+    squares[i] = 0.0f;
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[i][r] = 0.0f;
+  }
 
   for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
     uint4 wr[kUnroll][kR];
@@ -95,32 +145,71 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + 32 * u;
       if (c >= chunks) break;
+      if constexpr (kInput == FusedInput::kPlain) {
 #pragma unroll
-      for (int i = 0; i < kM; ++i) {
-        if (i >= m) break;
-        const uint4 xr = __ldg(xv + i * chunks + c);
+        for (int i = 0; i < kM; ++i) {
+          if (i >= m) break;
+          const uint4 xr = __ldg(xv + i * chunks + c);
 #pragma unroll
-        for (int r = 0; r < kR; ++r) acc[i][r] += dot8(xr, wr[u][r], T{});
+          for (int r = 0; r < kR; ++r) acc[i][r] += dot8(xr, wr[u][r], T{});
+        }
+      } else {
+        float g[8];
+        if constexpr (kInput == FusedInput::kRmsNorm) to_floats8(__ldg(gv + c), g, T{});
+#pragma unroll
+        for (int i = 0; i < kM; ++i) {
+          if (i >= m) break;
+          float xf[8];
+          to_floats8(__ldg(xv + i * x_row_chunks + c), xf, T{});
+          if constexpr (kInput == FusedInput::kRmsNorm) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              squares[i] = fmaf(xf[e], xf[e], squares[i]);
+              xf[e] *= g[e];
+            }
+          } else {  // silu(gate) · up
+            float up[8];
+            to_floats8(__ldg(xv + i * x_row_chunks + chunks + c), up, T{});
+#pragma unroll
+            for (int e = 0; e < 8; ++e) xf[e] = __fdividef(xf[e], 1.0f + __expf(-xf[e])) * up[e];
+          }
+#pragma unroll
+          for (int r = 0; r < kR; ++r) acc[i][r] += dot8f<T>(xf, wr[u][r]);
+        }
       }
     }
   }
 #pragma unroll
   for (int i = 0; i < kM; ++i) {
     if (i >= m) break;
+    float row_scale = 1.0f;
+    if constexpr (kInput == FusedInput::kRmsNorm) {
+      row_scale = rsqrtf(warp_sum(squares[i]) / static_cast<float>(k) + eps);
+    }
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
-      const float v = warp_sum(acc[i][r]);
-      if (lane == 0 && first + r < n) y[int64_t(i) * n + first + r] = store_as<TOut>(v);
+      float v = warp_sum(acc[i][r]) * row_scale;
+      if (lane == 0 && first + r < n) {
+        TOut* target = y + int64_t(i) * n + first + r;
+        if (bias != nullptr) v += to_float(bias[first + r]);
+        if (accumulate) v += to_float(*target);
+        *target = store_as<TOut>(v);
+      }
     }
   }
 }
 
-template <typename T, typename TOut, int kR>
-void launch_rows(const T* x, const T* w, TOut* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+template <typename T, typename TOut, int kR, FusedInput kInput>
+void launch_rows(const T* x, const T* w, TOut* y, int64_t m, int64_t n, int64_t k, const GemvFusion& f,
+                 cudaStream_t stream) {
   const int64_t rows_per_block = int64_t(kGemvWarps) * kR;
   const unsigned grid = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
   const int mm = static_cast<int>(m);
-#define TESSERA_GEMV_M(M) launch_after(gemv_kernel<T, TOut, M, kR>, grid, kGemvWarps * 32, 0, stream, x, w, y, mm, n, k)
+  const T* g = static_cast<const T*>(f.norm_weight);
+  const T* bias = static_cast<const T*>(f.bias);
+#define TESSERA_GEMV_M(M)                                                                                   \
+  launch_after(gemv_kernel<T, TOut, M, kR, kInput>, grid, kGemvWarps * 32, 0, stream, x, w, y, mm, n, k, g, \
+               f.eps, bias, f.accumulate)
   if (m == 1) TESSERA_GEMV_M(1);
   else if (m == 2) TESSERA_GEMV_M(2);
   else if (m <= 4) TESSERA_GEMV_M(4);
@@ -129,18 +218,29 @@ void launch_rows(const T* x, const T* w, TOut* y, int64_t m, int64_t n, int64_t 
 #undef TESSERA_GEMV_M
 }
 
+template <typename T, typename TOut, FusedInput kInput>
+void launch_input(const T* x, const T* w, TOut* y, int64_t m, int64_t n, int64_t k, int rows_per_warp,
+                  const GemvFusion& f, cudaStream_t stream) {
+  switch (rows_per_warp) {
+    case 1: launch_rows<T, TOut, 1, kInput>(x, w, y, m, n, k, f, stream); break;
+    case 2: launch_rows<T, TOut, 2, kInput>(x, w, y, m, n, k, f, stream); break;
+    case 4: launch_rows<T, TOut, 4, kInput>(x, w, y, m, n, k, f, stream); break;
+    default: throw Error(ErrorKind::kInternal, "gemv: rows_per_warp must be 1, 2 or 4");
+  }
+}
+
+// f32 outputs (the logits) come only from plain inputs: no kernel is built for the rest.
 template <typename T, typename TOut>
 void launch_typed(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, int rows_per_warp,
-                  cudaStream_t stream) {
+                  const GemvFusion& f, cudaStream_t stream) {
   const T* xt = static_cast<const T*>(x);
   const T* wt = static_cast<const T*>(w);
   TOut* yt = static_cast<TOut*>(y);
-  switch (rows_per_warp) {
-    case 1: launch_rows<T, TOut, 1>(xt, wt, yt, m, n, k, stream); break;
-    case 2: launch_rows<T, TOut, 2>(xt, wt, yt, m, n, k, stream); break;
-    case 4: launch_rows<T, TOut, 4>(xt, wt, yt, m, n, k, stream); break;
-    default: throw Error(ErrorKind::kInternal, "gemv: rows_per_warp must be 1, 2 or 4");
+  if constexpr (std::is_same_v<T, TOut>) {
+    if (f.input == FusedInput::kRmsNorm) return launch_input<T, TOut, FusedInput::kRmsNorm>(xt, wt, yt, m, n, k, rows_per_warp, f, stream);
+    if (f.input == FusedInput::kSiluMul) return launch_input<T, TOut, FusedInput::kSiluMul>(xt, wt, yt, m, n, k, rows_per_warp, f, stream);
   }
+  launch_input<T, TOut, FusedInput::kPlain>(xt, wt, yt, m, n, k, rows_per_warp, f, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -153,18 +253,30 @@ bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k, DType in
          k % 8 == 0 && k > 0 && aligned16(x) && aligned16(w);
 }
 
+bool gemv_fusion_supported(const GemvFusion& fusion, const void* x, const void* w, int64_t m, int64_t k,
+                           DType in_dtype, DType out_dtype) {
+  if (!gemv_supported(x, w, m, k, in_dtype, out_dtype)) return false;
+  if (fusion.input != FusedInput::kPlain && out_dtype != in_dtype) return false;
+  return fusion.input != FusedInput::kRmsNorm || (fusion.norm_weight != nullptr && aligned16(fusion.norm_weight));
+}
+
 void launch_gemv(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
                  DType out_dtype, int rows_per_warp, cudaStream_t stream) {
+  launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, rows_per_warp, GemvFusion{}, stream);
+}
+
+void launch_gemv_fused(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
+                       DType out_dtype, int rows_per_warp, const GemvFusion& fusion, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  if (!gemv_supported(x, w, m, k, in_dtype, out_dtype)) {
-    throw Error(ErrorKind::kInternal, "gemv called for sizes or pointers it does not handle");
+  if (!gemv_fusion_supported(fusion, x, w, m, k, in_dtype, out_dtype)) {
+    throw Error(ErrorKind::kInternal, "gemv called for sizes, pointers or a fusion it does not handle");
   }
   if (in_dtype == DType::kF16) {
-    if (out_dtype == DType::kF32) launch_typed<__half, float>(x, w, y, m, n, k, rows_per_warp, stream);
-    else launch_typed<__half, __half>(x, w, y, m, n, k, rows_per_warp, stream);
+    if (out_dtype == DType::kF32) launch_typed<__half, float>(x, w, y, m, n, k, rows_per_warp, fusion, stream);
+    else launch_typed<__half, __half>(x, w, y, m, n, k, rows_per_warp, fusion, stream);
   } else {
-    if (out_dtype == DType::kF32) launch_typed<__nv_bfloat16, float>(x, w, y, m, n, k, rows_per_warp, stream);
-    else launch_typed<__nv_bfloat16, __nv_bfloat16>(x, w, y, m, n, k, rows_per_warp, stream);
+    if (out_dtype == DType::kF32) launch_typed<__nv_bfloat16, float>(x, w, y, m, n, k, rows_per_warp, fusion, stream);
+    else launch_typed<__nv_bfloat16, __nv_bfloat16>(x, w, y, m, n, k, rows_per_warp, fusion, stream);
   }
   TESSERA_CUDA_CHECK_LAUNCH();
 }

@@ -16,6 +16,23 @@ namespace tessera::backend::cuda {
 
 constexpr int64_t kGemvMaxRows = 16;
 
+// What the GEMV forms around the product (gemv.cu says how), each saving a
+// decode step one kernel:
+//   input   kPlain x [m, k]; kRmsNorm rms_norm(x, norm_weight [k] (16-byte
+//           aligned, the input type), eps); kSiluMul silu(gate) · up of
+//           x [m, 2k] = gate | up
+//   bias    [n] added, or null
+//   accumulate  y += the result (y is the residual stream) instead of y =
+// Fused inputs need y in the input type.
+enum class FusedInput { kPlain, kRmsNorm, kSiluMul };
+struct GemvFusion {
+  FusedInput input = FusedInput::kPlain;
+  const void* norm_weight = nullptr;
+  float eps = 0.0f;
+  const void* bias = nullptr;
+  bool accumulate = false;
+};
+
 // Whether launch_gemv handles these sizes and pointers: m in [1, 16], k a
 // multiple of 8 (one 16-byte load holds 8 elements), 16-bit inputs, x and w
 // 16-byte aligned, y f32 or the input type.
@@ -25,5 +42,12 @@ bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k, DType in
 // x row: more rows per warp means more loads in flight per lane, fewer warps.
 void launch_gemv(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
                  DType out_dtype, int rows_per_warp, cudaStream_t stream);
+
+// gemv_supported, and the fusion's conditions (y in the input type for a
+// fused input, a 16-byte aligned norm weight).
+bool gemv_fusion_supported(const GemvFusion& fusion, const void* x, const void* w, int64_t m, int64_t k,
+                           DType in_dtype, DType out_dtype);
+void launch_gemv_fused(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
+                       DType out_dtype, int rows_per_warp, const GemvFusion& fusion, cudaStream_t stream);
 
 }  // namespace tessera::backend::cuda

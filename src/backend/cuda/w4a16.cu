@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) w4a16_gemv_kernel(const T* __r
                                                                     const __half* __restrict__ scales,
                                                                     const uint8_t* __restrict__ zeros,
                                                                     const T* __restrict__ bias, int m, int n, int k,
-                                                                    int group_size, T* __restrict__ out) {
+                                                                    int group_size, T* __restrict__ out,
+                                                                    bool accumulate) {
   wait_for_previous_kernel();
   const int row0 = blockIdx.x * R;
   const int chunks = k / 32, groups = k / group_size;
@@ -158,6 +159,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) w4a16_gemv_kernel(const T* __r
     float v = 0.0f;
     for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) v += partial[w][t];
     if (bias != nullptr) v += to_float(bias[row]);
+    if (accumulate) v += to_float(out[int64_t(i) * n + row]);
     out[int64_t(i) * n + row] = from_float<T>(v);
   }
 }
@@ -174,11 +176,11 @@ int warps_for(int chunks) {
 
 template <typename T, int MT>
 void launch_rows(const T* x, const uint32_t* qweight, const __half* scales, const uint8_t* zeros, const T* bias, int m,
-                 int n, int k, int g, T* out, cudaStream_t stream) {
+                 int n, int k, int g, T* out, cudaStream_t stream, bool accumulate) {
   constexpr int R = MT >= 8 ? 1 : 8 / MT;  // weight rows per thread: activations reused R times
   const int blocks = (n + R - 1) / R;
   launch_after(w4a16_gemv_kernel<T, MT, R>, blocks, 32 * warps_for(k / 32), 0, stream,
-      x, reinterpret_cast<const uint4*>(qweight), scales, zeros, bias, m, n, k, g, out);
+      x, reinterpret_cast<const uint4*>(qweight), scales, zeros, bias, m, n, k, g, out, accumulate);
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -212,14 +214,15 @@ __global__ void w4_dequantize_kernel(const uint32_t* qweight, const __half* scal
 
 template <typename T>
 void launch_w4a16_gemv(const T* x, const uint32_t* qweight, const __half* scales, const uint8_t* zeros, const T* bias,
-                       int64_t m, int64_t n, int64_t k, int64_t group_size, T* out, cudaStream_t stream) {
+                       int64_t m, int64_t n, int64_t k, int64_t group_size, T* out, cudaStream_t stream,
+                       bool accumulate) {
   if (m <= 0 || n <= 0) return;
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k), g = static_cast<int>(group_size);
-  if (m == 1) return launch_rows<T, 1>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream);
-  if (m == 2) return launch_rows<T, 2>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream);
-  if (m <= 4) return launch_rows<T, 4>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream);
-  if (m <= 8) return launch_rows<T, 8>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream);
-  return launch_rows<T, 16>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream);
+  if (m == 1) return launch_rows<T, 1>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream, accumulate);
+  if (m == 2) return launch_rows<T, 2>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream, accumulate);
+  if (m <= 4) return launch_rows<T, 4>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream, accumulate);
+  if (m <= 8) return launch_rows<T, 8>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream, accumulate);
+  return launch_rows<T, 16>(x, qweight, scales, zeros, bias, im, in, ik, g, out, stream, accumulate);
 }
 
 template <typename T>
@@ -234,7 +237,7 @@ void launch_w4_dequantize(const uint32_t* qweight, const __half* scales, const u
 
 #define INSTANTIATE(T)                                                                                              \
   template void launch_w4a16_gemv<T>(const T*, const uint32_t*, const __half*, const uint8_t*, const T*, int64_t, \
-                                     int64_t, int64_t, int64_t, T*, cudaStream_t);                                \
+                                     int64_t, int64_t, int64_t, T*, cudaStream_t, bool);                          \
   template void launch_w4_dequantize<T>(const uint32_t*, const __half*, const uint8_t*, int64_t, int64_t, int64_t, \
                                         T*, cudaStream_t);
 TESSERA_FOR_EACH_CUDA_TYPE(INSTANTIATE)

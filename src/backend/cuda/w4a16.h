@@ -16,11 +16,13 @@ namespace tessera::backend::cuda {
 // every row); more rows dequantize into a 16-bit scratch for cuBLASLt.
 inline constexpr int64_t kW4GemvMaxRows = 16;
 
-// out [m, n] = x [m, k] · Wᵀ (+ bias [n], may be null); m <= kW4GemvMaxRows,
-// k % 32 == 0, g % 32 == 0, x 16-byte aligned.
+// out [m, n] = x [m, k] · Wᵀ (+ bias [n], may be null), or out += that with
+// accumulate (the residual stream); m <= kW4GemvMaxRows, k % 32 == 0,
+// g % 32 == 0, x 16-byte aligned.
 template <typename T>
 void launch_w4a16_gemv(const T* x, const uint32_t* qweight, const __half* scales, const uint8_t* zeros, const T* bias,
-                       int64_t m, int64_t n, int64_t k, int64_t group_size, T* out, cudaStream_t stream);
+                       int64_t m, int64_t n, int64_t k, int64_t group_size, T* out, cudaStream_t stream,
+                       bool accumulate = false);
 
 // w [n, k] = W in T (for cuBLASLt at larger m).
 template <typename T>
@@ -41,13 +43,15 @@ inline constexpr int64_t kW4MmaMaxRows = 64;
 void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t* zeros, int64_t n, int64_t k,
                     int64_t group_size, uint32_t* tiles, uint32_t* scale_zero, cudaStream_t stream);
 
-// out [m, n] = x [m, k] · Wᵀ (+ bias); m <= kW4MmaMaxRows, x 16-byte aligned.
+// out [m, n] = x [m, k] · Wᵀ (+ bias), or out += that with accumulate;
+// m <= kW4MmaMaxRows, x 16-byte aligned.
 // row_warps (1, 2, 4 or 8) of a block's 8 warps take neighbouring 16-row tiles
 // and share activations; the rest split k. More row warps re-read the
 // activations less but make fewer blocks: the caller times the choice.
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
-                      int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream);
+                      int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream,
+                      bool accumulate = false);
 
 // w [n, k] = W from the tiles (for cuBLASLt at more rows).
 template <typename T>

@@ -121,7 +121,7 @@ template <typename T, int NT, int RW>
 __global__ void __launch_bounds__(kWarps * 32)
     w4a16_mma_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles, const uint32_t* __restrict__ scale_zero,
                      const T* __restrict__ bias, int m, int n, int n_pad, int k, int chunks_per_group,
-                     T* __restrict__ out) {
+                     T* __restrict__ out, bool accumulate) {
   wait_for_previous_kernel();
   constexpr int KW = kWarps / RW, kLoadsInFlight = loads_in_flight<NT>();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -202,6 +202,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int s = 0; s < KW; ++s) v += partial[s][r][i * 4 + e][l];
     if (bias != nullptr) v += to_float(bias[out_row]);
+    if (accumulate) v += to_float(out[int64_t(token) * n + out_row]);
     out[int64_t(token) * n + out_row] = from_float<T>(v);
   }
 }
@@ -287,12 +288,13 @@ int grid_for(int64_t items, int threads) {
 
 template <typename T, int NT>
 void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const T* bias, int m, int n, int k,
-               int group_size, int row_warps, T* out, cudaStream_t stream) {
+               int group_size, int row_warps, T* out, cudaStream_t stream, bool accumulate) {
   const int n_pad = (n + 15) / 16 * 16, row_tiles = n_pad / 16;
   const int cpg = group_size / kChunkInputs;
   const unsigned blocks = static_cast<unsigned>((row_tiles + row_warps - 1) / row_warps);
 #define TESSERA_W4_MMA(RW) \
-  launch_after(w4a16_mma_kernel<T, NT, RW>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, m, n, n_pad, k, cpg, out)
+  launch_after(w4a16_mma_kernel<T, NT, RW>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, m, n, n_pad, k, cpg, out, \
+               accumulate)
   switch (row_warps) {
     case 1: TESSERA_W4_MMA(1); break;
     case 2: TESSERA_W4_MMA(2); break;
@@ -324,15 +326,16 @@ void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t
 
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
-                      int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream) {
+                      int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream,
+                      bool accumulate) {
   if (m <= 0 || n <= 0) return;
   const auto* t = reinterpret_cast<const uint4*>(tiles);
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k),
             g = static_cast<int>(group_size);
-  if (m <= 8) return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream);
-  if (m <= 16) return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream);
-  if (m <= 32) return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream);
-  return launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream);
+  if (m <= 8) return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate);
+  if (m <= 16) return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate);
+  if (m <= 32) return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate);
+  return launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate);
 }
 
 template <typename T>
@@ -346,7 +349,7 @@ void launch_w4_dequantize_tiles(const uint32_t* tiles, const uint32_t* scale_zer
 
 #define INSTANTIATE(T)                                                                                            \
   template void launch_w4a16_mma<T>(const T*, const uint32_t*, const uint32_t*, const T*, int64_t, int64_t,     \
-                                    int64_t, int64_t, int, T*, cudaStream_t);                                    \
+                                    int64_t, int64_t, int, T*, cudaStream_t, bool);                              \
   template void launch_w4_dequantize_tiles<T>(const uint32_t*, const uint32_t*, int64_t, int64_t, int64_t, T*, \
                                               cudaStream_t);
 INSTANTIATE(__half)
