@@ -74,7 +74,7 @@ Tensor Transformer::gather_logits(const Tensor& local) {
 }
 
 void Transformer::project(const Tensor& x, backend::LinearFusion fusion, const Tensor& weight,
-                          const backend::QuantizedWeight& packed, const Tensor& bias, Tensor& out) {
+                          const backend::QuantizedWeight& packed, const Tensor& bias, Tensor& out, Tensor* pending) {
   if (shard_.world_size > 1 && fusion.input != backend::LinearFusion::Input::kAsIs) {
     // Under tensor parallelism the input is formed by its own op: with the
     // norm and SiLU·mul inside the CUDA GEMV, two ranks sharing one GPU timed
@@ -84,6 +84,10 @@ void Transformer::project(const Tensor& x, backend::LinearFusion fusion, const T
     Tensor input(fusion.scratch->buffer(), 0, x.dtype(), {x.dim(0), silu ? x.dim(1) / 2 : x.dim(1)});
     if (silu) {
       backend_.silu_mul(x, input);
+    } else if (pending != nullptr && pending->defined()) {
+      Tensor residual = x;  // the same buffer: the add lands in the residual stream
+      backend_.add_rms_norm(residual, *pending, *fusion.norm_weight, fusion.eps, input);
+      *pending = Tensor();
     } else {
       backend_.rms_norm(x, *fusion.norm_weight, fusion.eps, input);
     }
@@ -95,7 +99,8 @@ void Transformer::project(const Tensor& x, backend::LinearFusion fusion, const T
 }
 
 void Transformer::project_into_residual(const Tensor& x, backend::LinearFusion fusion, const Tensor& weight,
-                                        const backend::QuantizedWeight& packed, Tensor& residual, Tensor& partial) {
+                                        const backend::QuantizedWeight& packed, Tensor& residual, Tensor& partial,
+                                        Tensor& pending) {
   if (shard_.world_size == 1) {
     fusion.accumulate = true;  // the layer's output lands in the residual stream in the product's store
     backend_.fused_linear(x, fusion, weight, packed, Tensor(), residual);
@@ -103,7 +108,7 @@ void Transformer::project_into_residual(const Tensor& x, backend::LinearFusion f
   }
   project(x, fusion, weight, packed, Tensor(), partial);
   all_reduce(partial);
-  backend_.add(residual, partial);
+  pending = partial;  // added by the next norm (add_rms_norm: one kernel for both)
 }
 
 backend::PagedKvCache Transformer::allocate_cache(int64_t num_blocks, int64_t block_size) {
@@ -182,6 +187,7 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
   Tensor gate_up = activation(2 * shard_.intermediate_size);  // this rank's units
   Tensor partial = shard_.world_size > 1 ? activation(hidden) : Tensor();  // a row-parallel layer's share
   Tensor formed = activation(std::max(hidden, shard_.intermediate_size));  // a norm's or SiLU·mul's output, unfused
+  Tensor pending;  // tp > 1: the all-reduced partial the next norm adds to the residual
   const float eps = static_cast<float>(spec_.rms_norm_eps);
   auto normed_by = [&](const Tensor& norm_weight) {
     backend::LinearFusion fusion;
@@ -204,18 +210,18 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
   for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     backend::PagedKvLayer& kv = cache.layers[layer];
-    project(residual, normed_by(w.attn_norm), w.qkv, w.qkv_w4, w.qkv_bias, qkv);
+    project(residual, normed_by(w.attn_norm), w.qkv, w.qkv_w4, w.qkv_bias, qkv, &pending);
     backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
                                   cache.block_size);
     trace("qkv_rope", layer, qkv);
     backend_.paged_attention(qkv, shard_.num_heads, layer_batch, kv, cache.block_size, attn_out);
     trace("attention", layer, attn_out);
-    project_into_residual(attn_out, {}, w.o, w.o_w4, residual, partial);  // residual += attention
-    trace("attention_residual", layer, residual);
-    project(residual, normed_by(w.ffn_norm), w.gate_up, w.gate_up_w4, Tensor(), gate_up);
-    project_into_residual(gate_up, silu_mul, w.down, w.down_w4, residual, partial);  // residual += mlp
-    trace("residual", layer, residual);
+    project_into_residual(attn_out, {}, w.o, w.o_w4, residual, partial, pending);  // residual += attention
+    project(residual, normed_by(w.ffn_norm), w.gate_up, w.gate_up_w4, Tensor(), gate_up, &pending);
+    project_into_residual(gate_up, silu_mul, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
+    if (shard_.world_size == 1) trace("residual", layer, residual);  // on several ranks the add is still pending
   }
+  if (pending.defined()) backend_.add(residual, pending);
 
   const int64_t m = static_cast<int64_t>(batch.logit_rows.size());
   TESSERA_CHECK(logits.dtype() == DType::kF32 && logits.dim(0) == m && logits.dim(1) == shard_.vocab_rows);

@@ -81,12 +81,16 @@ class Transformer {
   void make_graphs();
   // A linear layer (out = fusion's input(x) · Wᵀ + bias): its 4-bit weight
   // when the backend keeps one, else the 16-bit one.
+  // Under tensor parallelism a norm's input may have a `pending` partial to
+  // add first (add_rms_norm), which it consumes.
   void project(const Tensor& x, backend::LinearFusion fusion, const Tensor& weight,
-               const backend::QuantizedWeight& packed, const Tensor& bias, Tensor& out);
+               const backend::QuantizedWeight& packed, const Tensor& bias, Tensor& out, Tensor* pending = nullptr);
   // residual += a row-parallel layer's output summed over the ranks: on one
-  // rank in the product's store; on several the partial is all-reduced and added.
+  // rank in the product's store; on several the partial is all-reduced and
+  // left `pending` for the next norm to add.
   void project_into_residual(const Tensor& x, backend::LinearFusion fusion, const Tensor& weight,
-                             const backend::QuantizedWeight& packed, Tensor& residual, Tensor& partial);
+                             const backend::QuantizedWeight& packed, Tensor& residual, Tensor& partial,
+                             Tensor& pending);
   // Sums a row-parallel layer's partial outputs over the ranks.
   void all_reduce(Tensor& partial);
   // [m, shard.vocab_rows] f32 on every rank -> host [m, vocab].
