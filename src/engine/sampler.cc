@@ -205,6 +205,19 @@ SampleResult Sampler::sample(std::span<const float> logits, const SampleInputs& 
   return result;
 }
 
+namespace {
+// How many of `order` (likeliest first) it takes for their probability to
+// reach top_p; 0 when all of them do not.
+size_t top_p_count(const std::vector<float>& x, const std::vector<int32_t>& order, double log_total, float top_p) {
+  double cumulative = 0.0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    cumulative += std::exp(static_cast<double>(x[order[i]]) - log_total);
+    if (cumulative >= top_p) return i + 1;
+  }
+  return 0;
+}
+}  // namespace
+
 int32_t Sampler::draw(const std::vector<float>& x, double log_total) {
   const size_t vocab = x.size();
   // The candidates, likeliest first: top_k of them; without top_k, enough to
@@ -213,14 +226,15 @@ int32_t Sampler::draw(const std::vector<float>& x, double log_total) {
   // every token when nothing truncates.
   std::vector<int32_t> order;
   const bool truncates = params_.top_k > 0 || params_.top_p < 1.0f || params_.min_p > 0.0f;
+  size_t top_p_keep = 0;  // of order, what top_p keeps (0: all of it)
   if (params_.top_k > 0) {
     order = top_ids(x, static_cast<size_t>(params_.top_k));
+    if (params_.top_p < 1.0f) top_p_keep = top_p_count(x, order, log_total, params_.top_p);
   } else if (params_.top_p < 1.0f) {
     for (size_t count = 256;; count *= 4) {
       order = top_ids(x, count);
-      double cumulative = 0.0;
-      for (int32_t id : order) cumulative += std::exp(static_cast<double>(x[id]) - log_total);
-      if (cumulative >= params_.top_p || order.size() == vocab) break;
+      top_p_keep = top_p_count(x, order, log_total, params_.top_p);
+      if (top_p_keep > 0 || order.size() == vocab) break;
     }
   } else if (params_.min_p > 0.0f) {
     const float best = *std::max_element(x.begin(), x.end());
@@ -234,17 +248,7 @@ int32_t Sampler::draw(const std::vector<float>& x, double log_total) {
   std::vector<int32_t> kept;  // in id order
   double best = 0.0;
   if (truncates) {
-    size_t keep = order.size();
-    if (params_.top_p < 1.0f) {
-      double cumulative = 0.0;
-      for (size_t i = 0; i < order.size(); ++i) {
-        cumulative += std::exp(static_cast<double>(x[order[i]]) - log_total);
-        if (cumulative >= params_.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
+    size_t keep = top_p_keep > 0 ? top_p_keep : order.size();
     best = x[order[0]];
     if (params_.min_p > 0.0f) {
       const double threshold = std::log(static_cast<double>(params_.min_p)) + best;
