@@ -55,30 +55,6 @@ struct Layout {
   static_assert(kHeadDim % kVec == 0, "a row must be whole 16-byte loads");
 };
 
-__device__ __forceinline__ void to_floats(const uint4& v, float* f, float) {
-  const float* p = reinterpret_cast<const float*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) f[i] = p[i];
-}
-__device__ __forceinline__ void to_floats(const uint4& v, float* f, __half) {
-  const __half2* p = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 x = __half22float2(p[i]);
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
-  }
-}
-__device__ __forceinline__ void to_floats(const uint4& v, float* f, __nv_bfloat16) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 x = __bfloat1622float2(p[i]);
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
-  }
-}
-
 // The key range of sequence `seq`'s new token: [first, last].
 __device__ __forceinline__ void key_range(const int32_t* positions, int64_t seq, int window, int32_t& first,
                                           int32_t& last) {

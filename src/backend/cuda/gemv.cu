@@ -64,30 +64,11 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, __nv_bfloa
   return sum;
 }
 
-// Eight 16-bit values as f32.
-__device__ __forceinline__ void to_floats8(const uint4& a, float (&f)[8], __half) {
-  const __half2* h = reinterpret_cast<const __half2*>(&a);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __half22float2(h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
-}
-__device__ __forceinline__ void to_floats8(const uint4& a, float (&f)[8], __nv_bfloat16) {
-  const uint32_t words[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {  // bf16 is the top half of an f32
-    f[2 * i] = __uint_as_float(words[i] << 16);
-    f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-  }
-}
-
 // Σ of x[0..8) times the 8 16-bit values of w, in f32.
 template <typename T>
 __device__ __forceinline__ float dot8f(const float (&x)[8], const uint4& w) {
   float wf[8];
-  to_floats8(w, wf, T{});
+  to_floats(w, wf, T{});
   float sum = 0.0f;
 #pragma unroll
   for (int e = 0; e < 8; ++e) sum = fmaf(x[e], wf[e], sum);
@@ -155,12 +136,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         }
       } else {
         float g[8];
-        if constexpr (kInput == FusedInput::kRmsNorm) to_floats8(__ldg(gv + c), g, T{});
+        if constexpr (kInput == FusedInput::kRmsNorm) to_floats(__ldg(gv + c), g, T{});
 #pragma unroll
         for (int i = 0; i < kM; ++i) {
           if (i >= m) break;
           float xf[8];
-          to_floats8(__ldg(xv + i * x_row_chunks + c), xf, T{});
+          to_floats(__ldg(xv + i * x_row_chunks + c), xf, T{});
           if constexpr (kInput == FusedInput::kRmsNorm) {
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
@@ -169,7 +150,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
             }
           } else {  // silu(gate) · up
             float up[8];
-            to_floats8(__ldg(xv + i * x_row_chunks + chunks + c), up, T{});
+            to_floats(__ldg(xv + i * x_row_chunks + chunks + c), up, T{});
 #pragma unroll
             for (int e = 0; e < 8; ++e) xf[e] = __fdividef(xf[e], 1.0f + __expf(-xf[e])) * up[e];
           }
