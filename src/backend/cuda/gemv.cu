@@ -37,33 +37,6 @@ namespace {
 
 constexpr int kGemvWarps = 4;
 
-// Σ of the 8 products of two 16-byte vectors, in f32.
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b, __half) {
-  const __half2* x = reinterpret_cast<const __half2*>(&a);
-  const __half2* y = reinterpret_cast<const __half2*>(&b);
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fx = __half22float2(x[i]), fy = __half22float2(y[i]);
-    sum = fmaf(fx.x, fy.x, sum);
-    sum = fmaf(fx.y, fy.y, sum);
-  }
-  return sum;
-}
-
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b, __nv_bfloat16) {
-  const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&b);
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fx = __bfloat1622float2(x[i]), fy = __bfloat1622float2(y[i]);
-    sum = fmaf(fx.x, fy.x, sum);
-    sum = fmaf(fx.y, fy.y, sum);
-  }
-  return sum;
-}
-
 // Σ of x[0..8) times the 8 16-bit values of w, in f32.
 template <typename T>
 __device__ __forceinline__ float dot8f(const float (&x)[8], const uint4& w) {
@@ -75,14 +48,13 @@ __device__ __forceinline__ float dot8f(const float (&x)[8], const uint4& w) {
   return sum;
 }
 
-template <typename TOut>
-__device__ __forceinline__ TOut store_as(float v);
-template <>
-__device__ __forceinline__ float store_as<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half store_as<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 store_as<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+// Σ of the 8 products of two 16-byte vectors of 16-bit values, in f32.
+template <typename T>
+__device__ __forceinline__ float dot8(const uint4& x, const uint4& w) {
+  float xf[8];
+  to_floats(x, xf, T{});
+  return dot8f<T>(xf, w);
+}
 
 // x [m, k] (kSiluMul: [m, 2k], gate | up), w [n, k], y [m, n]; kM ≥ m (rows
 // ≥ m are skipped), kR weight rows per warp. norm_weight [k] for kRmsNorm,
@@ -132,7 +104,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
           if (i >= m) break;
           const uint4 xr = __ldg(xv + i * chunks + c);
 #pragma unroll
-          for (int r = 0; r < kR; ++r) acc[i][r] += dot8(xr, wr[u][r], T{});
+          for (int r = 0; r < kR; ++r) acc[i][r] += dot8<T>(xr, wr[u][r]);
         }
       } else {
         float g[8];
@@ -174,7 +146,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         TOut* target = y + int64_t(i) * n + first + r;
         if (bias != nullptr) v += to_float(bias[first + r]);
         if (accumulate) v += to_float(*target);
-        *target = store_as<TOut>(v);
+        *target = from_float<TOut>(v);
       }
     }
   }
