@@ -14,6 +14,12 @@ std::unique_ptr<DeviceGraph> Backend::end_capture() {
   throw Error(ErrorKind::kInternal, "this backend records no device graphs");
 }
 
+std::vector<int32_t> Backend::sample_rows(Tensor& logits, const SamplingBatch& sampling) {
+  (void)logits;
+  (void)sampling;
+  throw Error(ErrorKind::kUnsupported, "this backend does not sample rows itself (samples_rows() is false)");
+}
+
 // The separate ops, each into a temporary where the fused call has none.
 void Backend::fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight,
                            const QuantizedWeight& packed, const Tensor& bias, Tensor& out) {

@@ -14,6 +14,7 @@
 
 #include "backend/paged_kv.h"
 #include "backend/quantized_weight.h"
+#include "backend/row_sampling.h"
 #include "core/buffer.h"
 #include "core/tensor.h"
 
@@ -126,19 +127,15 @@ class Backend {
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // x += y                                  same shapes
   virtual void add(Tensor& x, const Tensor& y) = 0;
-  // For each row of x [m, n] f32 on this backend, the index of its largest
-  // value, the lowest on a tie (greedy sampling). A device backend computes it
-  // there and copies only the m ids (waits for the device).
-  virtual std::vector<int32_t> argmax_rows(const Tensor& x) {
-    const Tensor host = to_host_f32(x);
-    const int64_t m = host.dim(0), n = host.dim(1);
-    std::vector<int32_t> ids(m, 0);
-    for (int64_t i = 0; i < m; ++i) {
-      const float* row = host.data<float>() + i * n;
-      for (int64_t j = 1; j < n; ++j) ids[i] = row[j] > row[ids[i]] ? static_cast<int32_t>(j) : ids[i];
-    }
-    return ids;
-  }
+  // Whether sample_rows runs here: a device backend samples where its logits
+  // are; on the CPU backend the logits already are host memory and
+  // engine::Sampler takes them as they are.
+  virtual bool samples_rows() const { return false; }
+  // One token per row of logits [m, vocab] f32 on this backend, sampled by
+  // `sampling` (row_sampling.h: m rows, edits applied to the logits in place);
+  // only the m ids come to the host (waits for the device). Throws
+  // Error(kUnsupported) where samples_rows() is false.
+  virtual std::vector<int32_t> sample_rows(Tensor& logits, const SamplingBatch& sampling);
   // Selected rows of x, gathered:           x [n, hidden], rows [m] -> out [m, hidden]
   virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
 

@@ -39,6 +39,11 @@ struct BenchEngineArgs {
   int64_t vocab = 256;
   int64_t prompt_tokens = 32;
   int64_t new_tokens = 128;  // per stream, with a model
+  // The streams' sampling (a model only): greedy by default; LMDeploy's
+  // defaults are temperature 0.8, top_k 40, top_p 0.8.
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
 };
 
 double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
@@ -166,11 +171,16 @@ void bench_fake(const BenchEngineArgs& args) {
 }
 
 // Every stream to its end; returns the tokens they produced.
-int64_t run_streams(engine::Engine& engine, int64_t batch, int64_t prompt_tokens, int64_t vocab, int64_t new_tokens,
+int64_t run_streams(engine::Engine& engine, const BenchEngineArgs& args, int64_t vocab, int64_t new_tokens,
                     int64_t salt) {
   std::vector<std::shared_ptr<engine::RequestStream>> streams;
-  for (int64_t i = 0; i < batch; ++i) {
-    streams.push_back(engine.submit(decode_request(i + salt, prompt_tokens, vocab, new_tokens)));
+  for (int64_t i = 0; i < args.batch; ++i) {
+    engine::Request r = decode_request(i + salt, args.prompt_tokens, vocab, new_tokens);
+    r.sampling.temperature = args.temperature;
+    r.sampling.top_k = args.top_k;
+    r.sampling.top_p = args.top_p;
+    r.sampling.seed = static_cast<uint64_t>(i + salt);
+    streams.push_back(engine.submit(std::move(r)));
   }
   int64_t generated = 0;
   for (auto& s : streams) {
@@ -194,9 +204,12 @@ void bench_model(const BenchEngineArgs& args) {
   const std::string name = args.random_shape.empty() ? args.model_dir : "random " + args.random_shape;
   const int64_t vocab = model->spec().vocab_size;
   const int64_t session_len = args.prompt_tokens + args.new_tokens + 8;
-  fmt::print("model {} ({} on {}): prompt {} tokens, {} new tokens per stream, batch {}\n", name,
+  fmt::print("model {} ({} on {}): prompt {} tokens, {} new tokens per stream, batch {}, {}\n", name,
              dtype_name(backend->compute_dtype()), device.to_string(), args.prompt_tokens, args.new_tokens,
-             args.batch);
+             args.batch,
+             args.temperature > 0.0f
+                 ? fmt::format("temperature {} top_k {} top_p {}", args.temperature, args.top_k, args.top_p)
+                 : std::string("greedy"));
 
   if (!args.skip_single) {
     engine::GenerateOptions alone;
@@ -214,9 +227,9 @@ void bench_model(const BenchEngineArgs& args) {
   double batched_s = 0;
   {
     engine::Engine engine(config, std::make_unique<engine::CpuExecutor>(*model, config.num_blocks, config.block_size));
-    run_streams(engine, args.batch, args.prompt_tokens, vocab, std::min<int64_t>(args.new_tokens, 4), 1000000);
+    run_streams(engine, args, vocab, std::min<int64_t>(args.new_tokens, 4), 1000000);
     const auto start = Clock::now();
-    generated = run_streams(engine, args.batch, args.prompt_tokens, vocab, args.new_tokens, 0);
+    generated = run_streams(engine, args, vocab, args.new_tokens, 0);
     batched_s = std::chrono::duration<double>(Clock::now() - start).count();
   }
   fmt::print("  {} streams through the engine     {:.0f} output tokens/s ({} tokens in {:.2f} s, prefill included)\n",
@@ -238,6 +251,11 @@ void add_bench_engine_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--steps", args->steps, "decode steps (fake executor)")->capture_default_str()->check(CLI::Range(2, 1000000));
   cmd->add_option("--vocab", args->vocab, "vocabulary of the fake executor")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   cmd->add_option("--prompt-tokens", args->prompt_tokens)->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", args->temperature, "the streams' sampling (0: greedy)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 2.0));
+  cmd->add_option("--top-k", args->top_k, "0: off")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", args->top_p, "1: off")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--new-tokens", args->new_tokens, "tokens per stream (model)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([&runner, args] {
     runner = [args] {

@@ -9,7 +9,7 @@ namespace tessera::engine {
 CpuExecutor::CpuExecutor(model::Transformer& model, int64_t num_blocks, int64_t block_size)
     : model_(model), cache_(model.allocate_cache(num_blocks, block_size)) {
   const char* setting = std::getenv("TESSERA_GPU_SAMPLING");
-  device_sampling_ = !model.backend().device().is_cpu() && !(setting != nullptr && std::string(setting) == "0");
+  device_sampling_ = model.samples_on_device() && !(setting != nullptr && std::string(setting) == "0");
 }
 
 model::ForwardBatch make_forward_batch(const StepPlan& plan) {
@@ -41,12 +41,10 @@ StepOutput CpuExecutor::execute(const StepPlan& plan) {
     model_.forward(batch, cache_);
     return {};
   }
-  // Every row greedy on a device: argmax there, only the ids come back.
-  const bool all_greedy = std::all_of(plan.chunks.begin(), plan.chunks.end(),
-                                      [](const ScheduledChunk& c) { return !c.sample || c.greedy; });
-  if (all_greedy && device_sampling_) {
+  // Sampled on the device: only the ids come back.
+  if (plan.device_sampling) {
     StepOutput out;
-    out.token_ids = model_.forward_greedy(batch, cache_);
+    out.token_ids = model_.forward_sample(batch, cache_, *plan.device_sampling);
     return out;
   }
   return {model_.forward(batch, cache_)};

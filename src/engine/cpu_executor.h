@@ -14,11 +14,12 @@ class CpuExecutor : public Executor {
 
   StepOutput execute(const StepPlan& plan) override;
   int64_t vocab_size() const override { return model_.spec().vocab_size; }
+  bool samples_on_device() const override { return device_sampling_; }
 
  private:
   model::Transformer& model_;
   backend::PagedKvCache cache_;
-  // Greedy steps take their argmax on the device (not on the CPU backend,
+  // Steps sample on the device where the backend can (not on the CPU backend,
   // where the logits are already host memory); TESSERA_GPU_SAMPLING=0 turns it off.
   bool device_sampling_ = false;
 };

@@ -136,6 +136,9 @@ void Engine::step() {
   std::vector<SequenceUpdate> updates;
   try {
     mark_greedy_chunks(plan, scheduler_);
+    if (executor_->samples_on_device()) {
+      plan.device_sampling = device_sampling_batch(plan, scheduler_, executor_->vocab_size());
+    }
     StepOutput output = executor_->execute(plan);
     updates = scheduler_.update(plan, sample_step(plan, output, scheduler_));
   } catch (const Error& e) {

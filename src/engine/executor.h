@@ -18,6 +18,8 @@ class Executor {
   virtual ~Executor() = default;
   virtual StepOutput execute(const StepPlan& plan) = 0;
   virtual int64_t vocab_size() const = 0;
+  // Whether execute() samples a plan's device_sampling rows itself.
+  virtual bool samples_on_device() const { return false; }
 };
 
 }  // namespace tessera::engine

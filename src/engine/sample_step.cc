@@ -17,13 +17,44 @@ void mark_greedy_chunks(StepPlan& plan, Scheduler& scheduler) {
   }
 }
 
+std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan, Scheduler& scheduler, int64_t vocab) {
+  std::vector<Sequence*> seqs;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    if (!chunk.sample) continue;
+    Sequence* seq = scheduler.find(chunk.id);
+    TESSERA_CHECK(seq != nullptr);
+    if (seq->request.logprobs || seq->request.top_logprobs > 0) return std::nullopt;
+    seqs.push_back(seq);
+  }
+  backend::SamplingBatch batch;
+  for (Sequence* seq : seqs) {
+    const SamplingParams& p = seq->sampler.params();
+    const auto row = static_cast<int32_t>(batch.rows.size());
+    const std::vector<int32_t> masked = masked_ids(*seq, scheduler.stop_config());
+    if (!takes_plain_argmax(p) || !masked.empty()) {
+      const SampleInputs inputs{seq->prompt(), seq->output(), masked};
+      for (const backend::LogitEdit& e : logit_edits(p, inputs, vocab, row)) batch.edits.push_back(e);
+    }
+    backend::SamplingRow r;
+    r.temperature = p.temperature;
+    if (p.temperature > 0.0f) {
+      r.top_k = p.top_k;
+      r.top_p = p.top_p;
+      r.min_p = p.min_p;
+      r.uniform = seq->sampler.next_uniform();
+    }
+    batch.rows.push_back(r);
+  }
+  return batch;
+}
+
 std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& output, Scheduler& scheduler) {
   std::vector<SampleResult> results;
   const int64_t rows = plan.num_sampling();
   if (rows == 0) return results;
   if (!output.token_ids.empty()) {
     TESSERA_CHECK(static_cast<int64_t>(output.token_ids.size()) == rows);
-    for (const ScheduledChunk& chunk : plan.chunks) TESSERA_CHECK(!chunk.sample || chunk.greedy);
+    for (const ScheduledChunk& chunk : plan.chunks) TESSERA_CHECK(plan.device_sampling || !chunk.sample || chunk.greedy);
     for (int32_t id : output.token_ids) results.push_back({id});
     return results;
   }

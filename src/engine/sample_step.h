@@ -1,9 +1,11 @@
 // Sampling for one step: each sampling chunk's logits row goes through its own
 // sequence's Sampler (and so its own random generator), with its history for
-// the penalties and its min_tokens masks. Runs on the engine thread (and, for
+// the penalties and its min_tokens masks — or, on a device that samples, the
+// same rule there (device_sampling_batch). Runs on the engine thread (and, for
 // steps of 8 rows or more of a vocabulary of 4096 or more, on its OpenMP threads).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "engine/sampler.h"
@@ -17,8 +19,16 @@ namespace tessera::engine {
 // argmax ids rather than logits. Call after schedule(), before execute().
 void mark_greedy_chunks(StepPlan& plan, Scheduler& scheduler);
 
+// For an executor that samples on its device: one row per sampling chunk, in
+// plan order (its parameters, its penalties, logit_bias and min_tokens masks
+// as edits, and the uniform number its request's generator draws for it);
+// nullopt, drawing nothing, when a chunk asks for logprobs (they need the
+// logits on the host). `vocab`: the logits rows' size. Call after
+// mark_greedy_chunks(), before execute().
+std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan, Scheduler& scheduler, int64_t vocab);
+
 // One result per chunk with `sample`, in plan order; output.token_ids, when
-// filled, are taken as the greedy tokens.
+// filled, are taken as the sampled tokens.
 std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& output, Scheduler& scheduler);
 
 }  // namespace tessera::engine

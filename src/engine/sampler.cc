@@ -144,34 +144,49 @@ int32_t argmax(const float* values, int64_t count) {
   return static_cast<int32_t>(std::max_element(values, values + count) - values);  // NaNs only
 }
 
-void apply_penalties_and_masks(std::vector<float>& x, const SamplingParams& p, const SampleInputs& in) {
-  const int64_t vocab = static_cast<int64_t>(x.size());
-  auto valid = [&](int32_t id) { return id >= 0 && id < vocab; };
+std::vector<backend::LogitEdit> logit_edits(const SamplingParams& p, const SampleInputs& in, int64_t vocab,
+                                            int32_t row) {
+  std::vector<backend::LogitEdit> edits;
+  std::unordered_map<int32_t, size_t> index;  // id -> its edit
+  auto edit = [&](int32_t id) -> backend::LogitEdit* {
+    if (id < 0 || id >= vocab) return nullptr;
+    auto [it, added] = index.try_emplace(id, edits.size());
+    if (added) edits.push_back({row, id});
+    return &edits[it->second];
+  };
   if (p.repetition_penalty != 1.0f) {
-    // Each id once, however often it occurs: a flag per vocabulary entry is
-    // cheaper than hashing a long prompt.
-    std::vector<char> seen(vocab, 0);
-    auto penalise = [&](int32_t id) {
-      if (!valid(id) || seen[id]) return;
-      seen[id] = 1;
-      x[id] = x[id] > 0.0f ? x[id] / p.repetition_penalty : x[id] * p.repetition_penalty;
-    };
-    for (int32_t id : in.prompt) penalise(id);
-    for (int32_t id : in.output) penalise(id);
+    // Each id once, however often it occurs.
+    index.reserve(in.prompt.size() + in.output.size());
+    for (int32_t id : in.prompt) {
+      if (auto* e = edit(id)) e->repetition_penalty = p.repetition_penalty;
+    }
+    for (int32_t id : in.output) {
+      if (auto* e = edit(id)) e->repetition_penalty = p.repetition_penalty;
+    }
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     std::unordered_map<int32_t, int64_t> counts;
     for (int32_t id : in.output) ++counts[id];
     for (auto [id, count] : counts) {
-      if (!valid(id)) continue;
-      x[id] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+      if (auto* e = edit(id)) e->penalty = p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
     }
   }
   for (const auto& [id, bias] : p.logit_bias) {
-    if (valid(id)) x[id] += bias;
+    if (auto* e = edit(id)) e->bias = bias;
   }
   for (int32_t id : in.masked) {
-    if (valid(id)) x[id] = kNegInf;
+    if (auto* e = edit(id)) e->masked = 1;
+  }
+  return edits;
+}
+
+void apply_penalties_and_masks(std::vector<float>& x, const SamplingParams& p, const SampleInputs& in) {
+  for (const backend::LogitEdit& e : logit_edits(p, in, static_cast<int64_t>(x.size()))) {
+    float v = x[e.id];
+    if (e.repetition_penalty != 1.0f) v = v > 0.0f ? v / e.repetition_penalty : v * e.repetition_penalty;
+    v -= e.penalty;
+    v += e.bias;
+    x[e.id] = e.masked != 0 ? kNegInf : v;
   }
 }
 
@@ -219,6 +234,7 @@ size_t top_p_count(const std::vector<float>& x, const std::vector<int32_t>& orde
 }  // namespace
 
 int32_t Sampler::draw(const std::vector<float>& x, double log_total) {
+  const double uniform = next_uniform();  // first: one number per sample, whatever follows
   const size_t vocab = x.size();
   // The candidates, likeliest first: top_k of them; without top_k, enough to
   // reach top_p (a few hundred of a peaked distribution; four times more
@@ -269,7 +285,7 @@ int32_t Sampler::draw(const std::vector<float>& x, double log_total) {
   std::vector<double> weights(kept.size());
   double total = 0.0;
   for (size_t i = 0; i < kept.size(); ++i) total += weights[i] = std::exp(static_cast<double>(x[kept[i]]) - best);
-  double target = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  double target = uniform * total;
   for (size_t i = 0; i < kept.size(); ++i) {
     if (weights[i] <= 0.0) continue;
     token = kept[i];

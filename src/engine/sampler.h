@@ -14,7 +14,10 @@
 //   4. temperature: greedy (argmax, lowest id on a tie) when 0, else logits / T;
 //   5. truncation: top_k, then top_p (the smallest set of likeliest tokens whose
 //      probability reaches top_p), then min_p (prob >= min_p * max prob);
-//   6. a draw from the renormalised probabilities, in id order.
+//   6. a draw from the renormalised probabilities, in id order, at one number
+//      of the request's generator (next_uniform(), drawn once per sample at
+//      temperature > 0): a device that samples the row (backend/row_sampling.h)
+//      is given the same number and so picks the same token.
 // Logprobs are the log-softmax after steps 1-4 (penalties, masks and
 // temperature; T = 1 when greedy), before truncation — so they describe the
 // distribution the token was drawn from, and tokens cut by top_k/top_p still
@@ -26,6 +29,8 @@
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "backend/row_sampling.h"
 
 namespace tessera::engine {
 
@@ -80,6 +85,11 @@ class Sampler {
 
   const SamplingParams& params() const { return params_; }
 
+  // The next number of this request's generator, uniform in [0, 1): what a
+  // sample at temperature > 0 draws at. A device sampling this request's row
+  // takes it from here instead, so the generator advances the same way.
+  double next_uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
  private:
   // One token of the processed logits x (temperature applied) by truncation
   // and a draw; log_total is log Σ exp(x), needed only when top_p < 1.
@@ -91,7 +101,12 @@ class Sampler {
 
 int32_t argmax(const float* values, int64_t count);
 
-// Steps 1-3 above, in place on `logits` [vocab] (exposed for tests).
+// Steps 1-3 above as one edit per token id they touch (ids outside [0, vocab)
+// dropped), for logits row `row`: what a device applies before sampling.
+std::vector<backend::LogitEdit> logit_edits(const SamplingParams& params, const SampleInputs& inputs, int64_t vocab,
+                                            int32_t row = 0);
+
+// The same edits, in place on `logits` [vocab] (exposed for tests).
 void apply_penalties_and_masks(std::vector<float>& logits, const SamplingParams& params, const SampleInputs& inputs);
 
 }  // namespace tessera::engine

@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <optional>
+
+#include "backend/row_sampling.h"
 #include "core/tensor.h"
 #include "engine/request.h"
 
@@ -25,6 +28,11 @@ struct StepPlan {
   std::vector<ScheduledChunk> chunks;  // running sequences first (admission order), then new ones
   int64_t num_tokens = 0;              // sum of token_ids sizes <= the token budget
   std::vector<RequestId> preempted;    // sent back to the waiting queue while planning
+  // Set when the executor samples on its device (Executor::samples_on_device):
+  // one row per chunk with `sample`, in plan order, each with its uniform
+  // number already drawn from its request's generator; the executor then
+  // returns StepOutput::token_ids.
+  std::optional<backend::SamplingBatch> device_sampling;
 
   bool empty() const { return chunks.empty(); }
   int64_t num_sampling() const {
@@ -38,8 +46,9 @@ struct StepPlan {
 // order; it may be undefined when no chunk samples.
 struct StepOutput {
   Tensor logits;  // [plan.num_sampling(), vocab] host f32
-  // Instead of logits, when every sampling chunk is `greedy`: each row's
-  // argmax, computed on the device (so a batch's logits never cross to the host).
+  // Instead of logits, when the plan has device_sampling (each row sampled on
+  // the device, so a batch's logits never cross to the host), or when every
+  // sampling chunk is `greedy` (each row's argmax).
   std::vector<int32_t> token_ids;  // [plan.num_sampling()]
 };
 

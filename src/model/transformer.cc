@@ -131,17 +131,13 @@ Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& ca
   return gather_logits(forward_local(batch, cache));
 }
 
-std::vector<int32_t> Transformer::forward_greedy(const ForwardBatch& batch, backend::PagedKvCache& cache) {
-  Tensor local = forward_local(batch, cache);
-  if (shard_.world_size == 1) return backend_.argmax_rows(local);  // only the ids leave the device
-  Tensor logits = gather_logits(local);
-  const Tensor& cpu = logits;  // host f32 [m, vocab]: the same lowest-index-on-a-tie argmax
-  std::vector<int32_t> ids(cpu.dim(0), 0);
-  for (int64_t i = 0; i < cpu.dim(0); ++i) {
-    const float* row = cpu.data<float>() + i * cpu.dim(1);
-    for (int64_t j = 1; j < cpu.dim(1); ++j) ids[i] = row[j] > row[ids[i]] ? static_cast<int32_t>(j) : ids[i];
+std::vector<int32_t> Transformer::forward_sample(const ForwardBatch& batch, backend::PagedKvCache& cache,
+                                                 const backend::SamplingBatch& sampling) {
+  if (!samples_on_device()) {
+    throw Error(ErrorKind::kInternal, "forward_sample: this model's logits are not sampled where they are");
   }
-  return ids;
+  Tensor local = forward_local(batch, cache);
+  return backend_.sample_rows(local, sampling);  // only the ids leave the device
 }
 
 Tensor Transformer::forward_local(const ForwardBatch& batch, backend::PagedKvCache& cache) {

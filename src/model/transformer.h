@@ -56,9 +56,12 @@ class Transformer {
 
   // Returns host f32 logits [logit_rows.size(), vocab], on every rank.
   Tensor forward(const ForwardBatch& batch, backend::PagedKvCache& cache);
-  // The same forward, returning only each logits row's argmax (lowest id on a
-  // tie, as the greedy Sampler): on one device the logits never leave it.
-  std::vector<int32_t> forward_greedy(const ForwardBatch& batch, backend::PagedKvCache& cache);
+  // The same forward, returning only each logits row's token, sampled by the
+  // backend where the logits are (backend::Backend::sample_rows): on one
+  // device whose backend samples_rows(); see samples_on_device().
+  std::vector<int32_t> forward_sample(const ForwardBatch& batch, backend::PagedKvCache& cache,
+                                      const backend::SamplingBatch& sampling);
+  bool samples_on_device() const { return shard_.world_size == 1 && backend_.samples_rows(); }
 
   void set_trace(TraceFn trace) { trace_ = std::move(trace); }
 

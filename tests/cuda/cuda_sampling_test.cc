@@ -1,7 +1,11 @@
-// Greedy sampling on the GPU: Backend::argmax_rows against the CPU argmax
-// (ties to the lowest id, -inf rows, a 92k vocabulary, 256 rows), and the
-// engine on golden models with device argmax equal to the engine with host
-// logits (TESSERA_GPU_SAMPLING=0). ctest label: gpu.
+// Sampling on the GPU: Backend::sample_rows against engine::Sampler, its
+// reference — argmax at temperature 0 (ties to the lowest id, -inf rows),
+// and at temperature > 0 the same token from the same uniform number over a
+// grid of vocabularies (up to 151,936), truncations, penalties, logit_bias,
+// masks and tie-heavy rows; a shifted uniform shows the comparison failing.
+// Then the engine on golden models sampling on the device equals the engine
+// sampling host logits (TESSERA_GPU_SAMPLING=0), greedy and seeded. ctest
+// label: gpu.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,17 +22,31 @@
 namespace tessera {
 namespace {
 
-TEST(CudaSampling, ArgmaxRowsMatchesTheCpuArgmax) {
+// Random logits [m, n]: normal, or rounded to quarters (many ties) on odd rows.
+std::vector<float> random_logits(int64_t m, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::vector<float> values(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = dist(rng);
+      values[i * n + j] = i % 2 == 1 ? std::round(v * 4) / 4 : v;
+    }
+  }
+  return values;
+}
+
+TEST(CudaSampling, TemperatureZeroIsTheHostArgmax) {
   if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
   auto cuda = backend::make_cuda_backend(0, DType::kF32);
   for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {5, 1000}, {256, 92544}}) {
-    std::mt19937 rng(static_cast<uint32_t>(m * 31 + n));
-    std::normal_distribution<float> dist(0.0f, 3.0f);
-    std::vector<float> values(m * n);
-    for (float& v : values) v = std::round(dist(rng) * 4) / 4;  // coarse values: many ties
+    std::vector<float> values = random_logits(m, n, static_cast<uint32_t>(m * 31 + n));
+    for (float& v : values) v = std::round(v * 4) / 4;  // coarse values: many ties
     if (m > 2) std::fill(values.begin() + n, values.begin() + 2 * n, -INFINITY);  // row 1: all -inf
-    Tensor host = Tensor::from_f32(values, {m, n});
-    const std::vector<int32_t> got = cuda->argmax_rows(cuda->upload_weight(host));
+    Tensor logits = cuda->upload_weight(Tensor::from_f32(values, {m, n}));
+    backend::SamplingBatch batch;
+    batch.rows.resize(m);
+    const std::vector<int32_t> got = cuda->sample_rows(logits, batch);
     ASSERT_EQ(static_cast<int64_t>(got.size()), m);
     int wrong = 0;
     for (int64_t i = 0; i < m; ++i) {
@@ -37,6 +55,97 @@ TEST(CudaSampling, ArgmaxRowsMatchesTheCpuArgmax) {
     }
     EXPECT_EQ(wrong, 0);
   }
+}
+
+struct Case {
+  engine::SamplingParams params;
+  std::vector<int32_t> prompt, output, masked;
+};
+
+// Row i's parameters: temperatures, truncations and penalties in turn.
+Case make_case(int64_t i, int64_t n, std::mt19937& rng) {
+  static const float temperatures[] = {0.0f, 0.3f, 0.7f, 1.0f, 1.6f};
+  static const int32_t top_ks[] = {0, 1, 5, 40, 1000, 1 << 30};
+  static const float top_ps[] = {1.0f, 0.95f, 0.8f, 0.3f, 0.01f, 1.0f, 0.999f};
+  static const float min_ps[] = {0.0f, 0.0f, 0.05f, 0.5f};
+  Case c;
+  engine::SamplingParams& p = c.params;
+  p.seed = static_cast<uint64_t>(i) * 7919 + 1;
+  p.temperature = temperatures[i % 5];
+  p.top_k = top_ks[(i / 5) % 6];
+  p.top_p = top_ps[(i / 3) % 7];
+  p.min_p = min_ps[(i / 7) % 4];
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(n - 1));
+  if (i % 4 == 1) {
+    p.repetition_penalty = 1.3f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    for (int k = 0; k < 20; ++k) c.prompt.push_back(id(rng));
+    for (int k = 0; k < 12; ++k) c.output.push_back(id(rng) % 8);  // repeats: counts above 1
+  }
+  if (i % 6 == 2) p.logit_bias = {{id(rng), 5.0f}, {static_cast<int32_t>(n - 1), -100.0f}};
+  if (i % 5 == 3) c.masked = {0, id(rng)};
+  return c;
+}
+
+// Rows sampled on the device at each Sampler's own uniform number (or, with
+// `shift`, at that number moved by a third) against the Sampler on the host.
+int64_t mismatches(backend::Backend& cuda, int64_t m, int64_t n, double shift, int64_t* drawn) {
+  std::vector<float> values = random_logits(m, n, static_cast<uint32_t>(n));
+  if (m > 4) std::fill(values.begin() + 4 * n, values.begin() + 5 * n, -INFINITY);  // row 4: all -inf
+  if (m > 6) {  // row 6: one finite logit
+    std::fill(values.begin() + 6 * n, values.begin() + 7 * n, -INFINITY);
+    values[6 * n + n / 2] = 1.0f;
+  }
+  std::mt19937 rng(static_cast<uint32_t>(m + n));
+  backend::SamplingBatch batch;
+  std::vector<int32_t> want;
+  for (int64_t i = 0; i < m; ++i) {
+    const Case c = make_case(i, n, rng);
+    engine::Sampler host(c.params), device(c.params);
+    const engine::SampleInputs inputs{c.prompt, c.output, c.masked};
+    want.push_back(host.sample({values.data() + i * n, static_cast<size_t>(n)}, inputs).token);
+    for (const backend::LogitEdit& e : engine::logit_edits(c.params, inputs, n, static_cast<int32_t>(i))) {
+      batch.edits.push_back(e);
+    }
+    backend::SamplingRow row{c.params.temperature, c.params.top_k, c.params.top_p, c.params.min_p, 0.0};
+    if (c.params.temperature > 0.0f) row.uniform = std::fmod(device.next_uniform() + shift, 1.0);
+    batch.rows.push_back(row);
+  }
+  Tensor logits = cuda.upload_weight(Tensor::from_f32(values, {m, n}));
+  const std::vector<int32_t> got = cuda.sample_rows(logits, batch);
+  EXPECT_EQ(static_cast<int64_t>(got.size()), m);
+  int64_t wrong = 0;
+  *drawn = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    *drawn += batch.rows[i].temperature > 0.0f ? 1 : 0;
+    if (got[i] != want[i] && shift == 0.0 && wrong < 5) {
+      ADD_FAILURE() << m << "x" << n << " row " << i << " (T " << batch.rows[i].temperature << ", top_k "
+                    << batch.rows[i].top_k << ", top_p " << batch.rows[i].top_p << ", min_p " << batch.rows[i].min_p
+                    << "): device " << got[i] << ", host " << want[i];
+    }
+    wrong += got[i] != want[i] ? 1 : 0;
+  }
+  return wrong;
+}
+
+TEST(CudaSampling, SampleRowsEqualsTheHostSamplerAtTheSameUniform) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto cuda = backend::make_cuda_backend(0, DType::kF32);
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {7, 2}, {64, 37}, {420, 1000}, {420, 32000},
+                      {210, 92544}, {70, 151936}}) {
+    int64_t drawn = 0;
+    EXPECT_EQ(mismatches(*cuda, m, n, 0.0, &drawn), 0) << m << "x" << n;
+  }
+}
+
+TEST(CudaSampling, ADifferentUniformIsCaught) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto cuda = backend::make_cuda_backend(0, DType::kF32);
+  int64_t drawn = 0;
+  const int64_t wrong = mismatches(*cuda, 420, 1000, 1.0 / 3.0, &drawn);
+  // Rows truncated to one token, or with one token left, draw the same at any uniform.
+  EXPECT_GT(wrong, drawn / 10) << wrong << " of " << drawn << " drawn rows differ";
 }
 
 std::vector<std::vector<int32_t>> engine_tokens(model::Transformer& model, bool device_sampling) {
@@ -51,11 +160,19 @@ std::vector<std::vector<int32_t>> engine_tokens(model::Transformer& model, bool 
   {
     engine::Engine engine(config, std::make_unique<engine::CpuExecutor>(model, config.num_blocks, config.block_size));
     std::vector<std::shared_ptr<engine::RequestStream>> streams;
-    for (int i = 0; i < 6; ++i) {
+    for (int i = 0; i < 8; ++i) {
       engine::Request r;
       r.prompt = {1, static_cast<int32_t>(3 + i), static_cast<int32_t>(7 + 2 * i)};
       r.max_tokens = 12;
       r.ignore_eos = true;
+      if (i >= 2) {  // seeded sampling, with penalties on some
+        r.sampling.temperature = 0.9f;
+        r.sampling.seed = 100 + i;
+        r.sampling.top_k = i % 3 == 0 ? 20 : 0;
+        r.sampling.top_p = i % 2 == 0 ? 0.9f : 1.0f;
+        if (i >= 6) r.sampling.repetition_penalty = 1.2f;
+        if (i == 7) r.sampling.frequency_penalty = 0.5f;
+      }
       streams.push_back(engine.submit(r));
     }
     for (auto& s : streams) {
@@ -71,7 +188,7 @@ std::vector<std::vector<int32_t>> engine_tokens(model::Transformer& model, bool 
   return all;
 }
 
-TEST(CudaSampling, EngineWithDeviceArgmaxEqualsHostLogits) {
+TEST(CudaSampling, EngineSamplingOnTheDeviceEqualsHostLogits) {
   if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
   for (const auto& dir : testing::golden_cases()) {
     auto cuda = backend::make_cuda_backend(0, DType::kF32);

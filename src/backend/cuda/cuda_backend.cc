@@ -454,14 +454,27 @@ class CudaBackend final : public Backend {
     });
   }
 
-  std::vector<int32_t> argmax_rows(const Tensor& x) override {
-    TESSERA_CHECK(x.dtype() == DType::kF32 && x.rank() == 2 && x.contiguous());
-    const int64_t m = x.dim(0);
+  bool samples_rows() const override { return true; }
+
+  std::vector<int32_t> sample_rows(Tensor& logits, const SamplingBatch& sampling) override {
+    TESSERA_CHECK(logits.dtype() == DType::kF32 && logits.rank() == 2 && logits.contiguous());
+    TESSERA_CHECK(!capturing_ && !staging_);
+    const int64_t m = logits.dim(0), vocab = logits.dim(1);
+    TESSERA_CHECK(static_cast<int64_t>(sampling.rows.size()) == m);
+    for (const LogitEdit& e : sampling.edits) TESSERA_CHECK(e.row >= 0 && e.row < m && e.id >= 0 && e.id < vocab);
     std::vector<int32_t> ids(m);
     if (m == 0) return ids;
-    if (!argmax_ids_.defined() || argmax_ids_.numel() < m) argmax_ids_ = Tensor::empty({m}, DType::kI32, *allocator_);
-    cuda::launch_argmax_rows(ptr<float>(x), m, x.dim(1), ptr<int32_t>(argmax_ids_), stream_);
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), argmax_ids_.raw_data(), m * sizeof(int32_t), cudaMemcpyDeviceToHost,
+    const auto* rows = static_cast<const SamplingRow*>(
+        upload_bytes(sampling_rows_, sampling.rows.data(), sampling.rows.size() * sizeof(SamplingRow)));
+    if (!sampling.edits.empty()) {
+      const auto* edits = static_cast<const LogitEdit*>(
+          upload_bytes(logit_edits_, sampling.edits.data(), sampling.edits.size() * sizeof(LogitEdit)));
+      cuda::launch_apply_logit_edits(ptr<float>(logits), vocab, edits, static_cast<int64_t>(sampling.edits.size()),
+                                     stream_);
+    }
+    if (!sampled_ids_.defined() || sampled_ids_.numel() < m) sampled_ids_ = Tensor::empty({m}, DType::kI32, *allocator_);
+    cuda::launch_sample_rows(ptr<float>(logits), m, vocab, rows, ptr<int32_t>(sampled_ids_), stream_);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), sampled_ids_.raw_data(), m * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                        stream_));
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return ids;
@@ -656,6 +669,15 @@ class CudaBackend final : public Backend {
     return w4_choice_[key] = best;
   }
 
+  // `bytes` of host memory into `buffer` (grown as needed), for kernels that
+  // run outside any graph.
+  const void* upload_bytes(Tensor& buffer, const void* data, size_t bytes) {
+    const auto words = static_cast<int64_t>((bytes + 3) / 4);
+    if (!buffer.defined() || buffer.numel() < words) buffer = Tensor::empty({2 * words}, DType::kI32, *allocator_);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(buffer.raw_data(), data, bytes, cudaMemcpyHostToDevice, stream_));
+    return buffer.raw_data();
+  }
+
   // Host values to the device buffer the kernels read; while a graph records,
   // the buffer already holds them (the same forward ran just before).
   template <typename V>
@@ -719,7 +741,8 @@ class CudaBackend final : public Backend {
   int64_t decode_max_context_ = 0;     // longest key range of the step's last tokens
   int64_t multiprocessors_ = 1;
   bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
-  Tensor argmax_ids_;                  // [rows] i32: greedy ids before their copy to the host
+  Tensor sampled_ids_;                 // [rows] i32: sampled ids before their copy to the host
+  Tensor sampling_rows_, logit_edits_; // bytes of a step's SamplingRows and LogitEdits (never read by graphs)
   PinnedStaging pinned_;               // to_host_f32's landing place
   int w4_gemv_mode_ = -1;   // TESSERA_W4_GEMV: 1 a packed-weight kernel wherever one applies, 0 dequantize; -1 timed
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "backend/row_sampling.h"
+
 namespace tessera::backend::cuda {
 
 // The PTX and binary architectures (10·major + minor) of the kernel image the
@@ -115,8 +117,13 @@ void launch_add_bias(T* y, const T* bias, int64_t m, int64_t n, cudaStream_t str
 template <typename T>
 void launch_gather_rows(const T* x, const int32_t* rows, int64_t count, int64_t width, T* out, cudaStream_t stream);
 
-// ids [m] = per row of x [m, n] f32 the index of the largest value, the lowest on a tie
-void launch_argmax_rows(const float* x, int64_t m, int64_t n, int32_t* ids, cudaStream_t stream);
+// logits [rows, vocab] f32: each edit applied to its row's logit (row_sampling.h; ids validated)
+void launch_apply_logit_edits(float* logits, int64_t vocab, const LogitEdit* edits, int64_t count,
+                              cudaStream_t stream);
+
+// ids [m] = the token sampled from each row of logits [m, vocab] f32 by rows [m] (row_sampling.h)
+void launch_sample_rows(const float* logits, int64_t m, int64_t vocab, const SamplingRow* rows, int32_t* ids,
+                        cudaStream_t stream);
 
 // out [count] f32 = in [count] T
 template <typename T>

@@ -1,62 +1,363 @@
-// Sampling on the GPU: greedy argmax per logits row, so a batch's logits
-// (95 MB per step at 256 rows of a 92k vocabulary) never cross to the host;
-// only the ids do. One thread block per row: each thread scans a strided
-// slice keeping (value, lowest index), then a block reduction in shared
-// memory keeps the larger value and, on a tie, the lower index — the CPU
-// Sampler's rule (engine/sampler.h).
+// Sampling on the GPU (backend/row_sampling.h): each row of a step's logits
+// is edited (penalties, logit_bias, masks), then sampled by the rule of
+// engine::Sampler — argmax at temperature 0, otherwise truncation to the first
+// K tokens of the order "likeliest first, lowest id on a tie" and an inverse
+// transform in id order at the row's uniform number — so the logits never
+// leave the device, only the ids do.
+//
+// One thread block per row, reading the row (a few hundred KB, from L2) a
+// handful of times:
+//   1. the largest processed logit x/T (and its lowest id);
+//   2. top_p: the total weight, then a radix descent over the 32-bit order
+//      keys (four 8-bit digits) by weight finds how many tokens it takes to
+//      reach top_p; min_p: a count of the tokens at or above its threshold;
+//   3. a radix descent by count finds the K-th token of the order: its key,
+//      and how many of the tokens tied at that key (lowest ids first) are in;
+//   4. the draw: each thread owns a contiguous chunk of ids, block scans in id
+//      order give each chunk its tie rank and its weight offset, and the one
+//      chunk holding the target walks to the token.
+// Weights are exp(x/T - max) as fixed-point integers (2^40 for the likeliest
+// token): integer sums are exact in any order, so a row gives the same token
+// whatever the thread schedule, and the histograms need no ordered float
+// atomics. The host sampler sums doubles; the two agree but for draws within
+// about 1e-7 of a boundary.
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace tessera::backend::cuda {
 
 namespace {
 
-constexpr int kArgmaxThreads = 512;
+constexpr int kThreads = 512;
+constexpr int kBins = 256;                       // one 8-bit digit of a key
+constexpr float kWeightScale = 1099511627776.0f;  // 2^40: the likeliest token's fixed-point weight
 
-__device__ __forceinline__ bool better(float v, int32_t i, float best, int32_t best_i) {
-  return v > best || (v == best && i < best_i);
+template <typename V>
+__device__ __forceinline__ V smaller(V a, V b) {
+  return b < a ? b : a;
+}
+template <typename V>
+__device__ __forceinline__ V larger(V a, V b) {
+  return a < b ? b : a;
 }
 
-__global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t n, int32_t* __restrict__ ids) {
-  wait_for_previous_kernel();
-  const float* row = x + int64_t(blockIdx.x) * n;
-  float best = -INFINITY;
-  int32_t best_i = 0x7fffffff;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float v = row[j];
-    if (better(v, static_cast<int32_t>(j), best, best_i)) {
-      best = v;
-      best_i = static_cast<int32_t>(j);
-    }
+// Larger key, larger value; -0 and +0 one key (they tie, as on the host).
+__device__ __forceinline__ uint32_t order_key(float v) {
+  const uint32_t bits = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+__device__ __forceinline__ uint64_t fixed_weight(float v, float best) {
+  return __float2ull_rz(expf(v - best) * kWeightScale);
+}
+
+struct Best {
+  float value;
+  int32_t id;
+};
+
+struct Likelier {
+  __device__ Best operator()(const Best& a, const Best& b) const {
+    return (b.value > a.value || (b.value == a.value && b.id < a.id)) ? b : a;
   }
-  __shared__ float values[kArgmaxThreads];
-  __shared__ int32_t indices[kArgmaxThreads];
-  values[threadIdx.x] = best;
-  indices[threadIdx.x] = best_i;
-  __syncthreads();
-  for (int stride = kArgmaxThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) {
-      const float v = values[threadIdx.x + stride];
-      const int32_t i = indices[threadIdx.x + stride];
-      if (better(v, i, values[threadIdx.x], indices[threadIdx.x])) {
-        values[threadIdx.x] = v;
-        indices[threadIdx.x] = i;
+};
+
+using ReduceBest = cub::BlockReduce<Best, kThreads>;
+using ReduceU64 = cub::BlockReduce<unsigned long long, kThreads>;
+using ReduceU32 = cub::BlockReduce<uint32_t, kThreads>;
+using ScanU32 = cub::BlockScan<uint32_t, kThreads>;
+using ScanU64 = cub::BlockScan<unsigned long long, kThreads>;
+
+struct Shared {
+  union {
+    ReduceBest::TempStorage best;
+    ReduceU64::TempStorage sum64;
+    ReduceU32::TempStorage sum32;
+    ScanU32::TempStorage scan32;
+    ScanU64::TempStorage scan64;
+  } cub;
+  uint32_t counts[kBins];
+  unsigned long long weights[kBins];
+  // Results broadcast by one thread to the block.
+  Best best;
+  unsigned long long total;
+  uint32_t count;
+  uint32_t digit;
+  uint32_t above_count;
+  unsigned long long above_weight;
+  unsigned long long remaining;
+  int32_t token;
+};
+
+// One row's processed logits, x / T, read where they lie.
+struct Row {
+  const float* x;
+  int64_t n;
+  float temperature;
+  float best;
+  __device__ float value(int64_t j) const { return x[j] / temperature; }
+};
+
+// The K-th token of the order, found digit by digit. `by_weight`: the first
+// tokens whose weights sum to at least `target`; otherwise the first `target`
+// tokens. On return: key = the last of them's key; above_count/above_weight =
+// the tokens with a larger key; remaining = the count (or weight) still
+// wanted from the tokens tied at `key` (>= 1); tied = how many there are.
+struct Selected {
+  uint32_t key;
+  uint32_t above_count;
+  unsigned long long above_weight;
+  unsigned long long remaining;
+  uint32_t tied;
+};
+
+__device__ Selected radix_select(const Row& row, bool by_weight, unsigned long long target, Shared& s) {
+  uint32_t prefix = 0;
+  uint32_t above_count = 0;
+  unsigned long long above_weight = 0;
+  unsigned long long remaining = target;
+  uint32_t tied = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+      s.counts[b] = 0;
+      s.weights[b] = 0;
+    }
+    __syncthreads();
+    const uint32_t high = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+    // Accumulate runs of one digit in registers and add a run when the digit
+    // changes: the top digits of a row's keys fall into a few bins, and one
+    // shared atomic per element there would serialise the block.
+    int run_bin = -1;
+    uint32_t run_count = 0;
+    unsigned long long run_weight = 0;
+    for (int64_t j = threadIdx.x; j < row.n; j += blockDim.x) {
+      const float v = row.value(j);
+      const uint32_t key = order_key(v);
+      if ((key & high) != prefix) continue;
+      const int bin = static_cast<int>((key >> shift) & 0xffu);
+      if (bin != run_bin) {
+        if (run_count > 0) {
+          atomicAdd(&s.counts[run_bin], run_count);
+          atomicAdd(&s.weights[run_bin], run_weight);
+        }
+        run_bin = bin;
+        run_count = 0;
+        run_weight = 0;
+      }
+      ++run_count;
+      run_weight += fixed_weight(v, row.best);
+    }
+    if (run_count > 0) {
+      atomicAdd(&s.counts[run_bin], run_count);
+      atomicAdd(&s.weights[run_bin], run_weight);
+    }
+    __syncthreads();
+    // Warp 0: lane l holds bins 255 - 8l down to 248 - 8l; a scan over the
+    // lanes gives the measure above each lane, and the lane where the target
+    // is crossed finds the digit.
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      uint32_t lane_count = 0;
+      unsigned long long lane_weight = 0;
+      for (int i = 0; i < 8; ++i) {
+        lane_count += s.counts[255 - 8 * lane - i];
+        lane_weight += s.weights[255 - 8 * lane - i];
+      }
+      uint32_t count_incl = lane_count;
+      unsigned long long weight_incl = lane_weight;
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const uint32_t c = __shfl_up_sync(0xffffffffu, count_incl, offset);
+        const unsigned long long w = __shfl_up_sync(0xffffffffu, weight_incl, offset);
+        if (lane >= offset) {
+          count_incl += c;
+          weight_incl += w;
+        }
+      }
+      uint32_t count_above = count_incl - lane_count;
+      unsigned long long weight_above = weight_incl - lane_weight;
+      const unsigned long long measure_above = by_weight ? weight_above : count_above;
+      const unsigned long long measure_incl = by_weight ? weight_incl : count_incl;
+      if (measure_above < remaining && remaining <= measure_incl) {
+        for (int i = 0; i < 8; ++i) {
+          const int bin = 255 - 8 * lane - i;
+          const unsigned long long m = by_weight ? s.weights[bin] : s.counts[bin];
+          const unsigned long long m_above = by_weight ? weight_above : count_above;
+          if (remaining <= m_above + m) {
+            s.digit = static_cast<uint32_t>(bin);
+            s.above_count = count_above;
+            s.above_weight = weight_above;
+            s.remaining = remaining - m_above;
+            s.count = s.counts[bin];
+            break;
+          }
+          count_above += s.counts[bin];
+          weight_above += s.weights[bin];
+        }
       }
     }
     __syncthreads();
+    prefix |= s.digit << shift;
+    above_count += s.above_count;
+    above_weight += s.above_weight;
+    remaining = s.remaining;
+    tied = s.count;
+    __syncthreads();  // before the next digit's histogram overwrites the shared values
   }
-  // A row of -inf (or NaN) only: index 0, as the CPU argmax starts there.
-  if (threadIdx.x == 0) ids[blockIdx.x] = indices[0] == 0x7fffffff ? 0 : indices[0];
+  return {prefix, above_count, above_weight, remaining, tied};
+}
+
+__global__ void apply_logit_edits_kernel(float* __restrict__ logits, int64_t vocab, const LogitEdit* __restrict__ edits,
+                                         int64_t count) {
+  wait_for_previous_kernel();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const LogitEdit e = edits[i];
+  float* x = logits + int64_t(e.row) * vocab + e.id;
+  float v = *x;
+  if (e.repetition_penalty != 1.0f) v = v > 0.0f ? v / e.repetition_penalty : v * e.repetition_penalty;
+  v -= e.penalty;
+  v += e.bias;
+  if (e.masked != 0) v = -INFINITY;
+  *x = v;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __restrict__ logits, int64_t n,
+                                                               const SamplingRow* __restrict__ rows,
+                                                               int32_t* __restrict__ ids) {
+  wait_for_previous_kernel();
+  __shared__ Shared s;
+  const SamplingRow p = rows[blockIdx.x];
+  const bool greedy = p.temperature <= 0.0f;
+  Row row{logits + int64_t(blockIdx.x) * n, n, greedy ? 1.0f : p.temperature, 0.0f};
+
+  // 1. The likeliest token (temperature 0: the answer; x / 1 is x).
+  Best mine{-INFINITY, 0x7fffffff};
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const Best candidate{row.value(j), static_cast<int32_t>(j)};
+    mine = Likelier()(mine, candidate);
+  }
+  const Best best = ReduceBest(s.cub.best).Reduce(mine, Likelier());
+  if (threadIdx.x == 0) s.best = best;
+  __syncthreads();
+  row.best = s.best.value;
+  // A row of -inf (or NaN) only: id 0, as the host's argmax starts there.
+  const int32_t best_id = s.best.id == 0x7fffffff ? 0 : s.best.id;
+  if (greedy || row.best == -INFINITY) {
+    if (threadIdx.x == 0) ids[blockIdx.x] = best_id;
+    return;
+  }
+
+  // 2. K: how many of the likeliest tokens are kept.
+  uint64_t keep = static_cast<uint64_t>(n);
+  if (p.top_k > 0) keep = smaller(keep, static_cast<uint64_t>(p.top_k));
+  if (p.top_p < 1.0f) {
+    unsigned long long weight = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) weight += fixed_weight(row.value(j), row.best);
+    const unsigned long long total = ReduceU64(s.cub.sum64).Sum(weight);
+    if (threadIdx.x == 0) s.total = total;
+    __syncthreads();
+    const unsigned long long target = larger(
+        1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(s.total))));
+    if (target <= s.total) {
+      const Selected cut = radix_select(row, true, target, s);
+      // Tied tokens, lowest id first, until their weight reaches what is still wanted.
+      const float tie_value = __uint_as_float((cut.key & 0x80000000u) ? (cut.key & 0x7fffffffu) : ~cut.key);
+      const unsigned long long tie_weight = fixed_weight(tie_value, row.best);
+      unsigned long long ties = tie_weight == 0 ? 1 : (cut.remaining + tie_weight - 1) / tie_weight;
+      ties = smaller(larger(ties, 1ull), static_cast<unsigned long long>(cut.tied));
+      keep = smaller(keep, static_cast<uint64_t>(cut.above_count + ties));
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const double threshold = log(static_cast<double>(p.min_p)) + static_cast<double>(row.best);
+    uint32_t count = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) count += static_cast<double>(row.value(j)) >= threshold;
+    const uint32_t at_least = ReduceU32(s.cub.sum32).Sum(count);
+    if (threadIdx.x == 0) s.count = at_least;
+    __syncthreads();
+    keep = smaller(keep, static_cast<uint64_t>(larger(1u, s.count)));
+    __syncthreads();
+  }
+
+  // 3. The K-th token of the order: kept are the larger keys, and the first
+  //    `tie_keep` of the tokens (in id order) tied at its key.
+  const bool truncates = keep < static_cast<uint64_t>(n);
+  uint32_t cut_key = 0;
+  uint32_t tie_keep = 0;
+  if (truncates) {
+    const Selected cut = radix_select(row, false, keep, s);
+    cut_key = cut.key;
+    tie_keep = static_cast<uint32_t>(cut.remaining);
+  }
+
+  // 4. The draw, over contiguous chunks of ids.
+  const int64_t chunk = (n + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = smaller(n, int64_t(threadIdx.x) * chunk);
+  const int64_t end = smaller(n, begin + chunk);
+  uint32_t tie_base = 0;
+  if (truncates) {
+    uint32_t my_ties = 0;
+    for (int64_t j = begin; j < end; ++j) my_ties += order_key(row.value(j)) == cut_key;
+    ScanU32(s.cub.scan32).ExclusiveSum(my_ties, tie_base);
+    __syncthreads();
+  }
+  auto kept_weight = [&](int64_t j, uint32_t& tie_rank) -> unsigned long long {
+    const float v = row.value(j);
+    if (truncates) {
+      const uint32_t key = order_key(v);
+      if (key < cut_key) return 0;
+      if (key == cut_key && tie_rank++ >= tie_keep) return 0;
+    }
+    return fixed_weight(v, row.best);
+  };
+  unsigned long long my_weight = 0;
+  uint32_t tie_rank = tie_base;
+  for (int64_t j = begin; j < end; ++j) my_weight += kept_weight(j, tie_rank);
+  unsigned long long base = 0, total = 0;
+  ScanU64(s.cub.scan64).ExclusiveSum(my_weight, base, total);
+  if (threadIdx.x == 0) s.token = best_id;  // where rounding leaves the target past every chunk
+  __syncthreads();
+  // The first kept token whose cumulative weight reaches uniform · total
+  // (at least 1, so a token of weight 0 is never drawn).
+  unsigned long long target = static_cast<unsigned long long>(ceil(p.uniform * static_cast<double>(total)));
+  target = smaller(larger(target, 1ull), total);
+  if (base < target && target <= base + my_weight) {
+    unsigned long long cumulative = base;
+    tie_rank = tie_base;
+    for (int64_t j = begin; j < end; ++j) {
+      cumulative += kept_weight(j, tie_rank);
+      if (cumulative >= target) {
+        s.token = static_cast<int32_t>(j);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) ids[blockIdx.x] = s.token;
 }
 
 }  // namespace
 
-void launch_argmax_rows(const float* x, int64_t m, int64_t n, int32_t* ids, cudaStream_t stream) {
+void launch_apply_logit_edits(float* logits, int64_t vocab, const LogitEdit* edits, int64_t count,
+                              cudaStream_t stream) {
+  if (count == 0) return;
+  constexpr int kEditThreads = 256;
+  launch_after(apply_logit_edits_kernel, static_cast<unsigned>((count + kEditThreads - 1) / kEditThreads),
+               kEditThreads, 0, stream, logits, vocab, edits, count);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_sample_rows(const float* logits, int64_t m, int64_t vocab, const SamplingRow* rows, int32_t* ids,
+                        cudaStream_t stream) {
   if (m == 0) return;
-  launch_after(argmax_rows_kernel, static_cast<unsigned>(m), kArgmaxThreads, 0, stream, x, n, ids);
+  launch_after(sample_rows_kernel, static_cast<unsigned>(m), kThreads, 0, stream, logits, vocab, rows, ids);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
