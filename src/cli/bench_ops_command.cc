@@ -198,27 +198,39 @@ double time_forward(backend::Backend& backend, const model::ModelSpec& spec, con
   return std::chrono::duration<double>(Clock::now() - start).count() / steps;
 }
 
-// Host seconds per logits row of engine::Sampler, greedy and with truncation.
-void time_sampler(int64_t vocab, int64_t batch) {
-  std::vector<float> logits(vocab);
-  std::mt19937 rng(9);
-  std::normal_distribution<float> dist(0.0f, 3.0f);
-  for (float& v : logits) v = dist(rng);
-  struct Case {
-    const char* name;
-    engine::SamplingParams params;
-  };
-  engine::SamplingParams greedy, server, topp, penalties;
+// The sampling cases both samplers are timed on.
+struct SamplerCase {
+  const char* name;
+  engine::SamplingParams params;
+};
+
+std::vector<SamplerCase> sampler_cases() {
+  engine::SamplingParams greedy, server, topp, nucleus, penalties;
   server.temperature = 0.7f;  // what a request gets from the server without sampling fields (LMDeploy's defaults)
   server.top_k = 40;
   topp.temperature = 0.8f;
   topp.top_p = 0.95f;
   topp.top_k = 50;
+  nucleus.temperature = 0.8f;
+  nucleus.top_p = 0.8f;
   penalties = topp;
   penalties.repetition_penalty = 1.1f;
-  for (const Case& c : {Case{"greedy", greedy}, Case{"T 0.7 top_k 40 (server default)", server},
-                        Case{"T 0.8 top_k 50 top_p 0.95", topp},
-                        Case{"+ repetition penalty", penalties}}) {
+  return {{"greedy", greedy}, {"T 0.7 top_k 40 (server default)", server}, {"T 0.8 top_k 50 top_p 0.95", topp},
+          {"T 0.8 top_p 0.8 (no top_k)", nucleus}, {"+ repetition penalty", penalties}};
+}
+
+std::vector<float> sampler_logits(int64_t vocab) {
+  std::vector<float> logits(vocab);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  for (float& v : logits) v = dist(rng);
+  return logits;
+}
+
+// Host seconds per logits row of engine::Sampler, greedy and with truncation.
+void time_sampler(int64_t vocab, int64_t batch) {
+  const std::vector<float> logits = sampler_logits(vocab);
+  for (const SamplerCase& c : sampler_cases()) {
     engine::Sampler sampler(c.params);
     std::vector<int32_t> history(256, 17);
     engine::SampleInputs inputs;
@@ -229,6 +241,31 @@ void time_sampler(int64_t vocab, int64_t batch) {
     const double s = std::chrono::duration<double>(Clock::now() - start).count() / rows;
     fmt::print("host sampler    {:<31} {:>8.1f} us/row, {:>8.2f} ms/step at batch {}\n", c.name, s * 1e6,
                s * 1e3 * batch, batch);
+  }
+}
+
+// Backend::sample_rows over a step's rows (edits, kernel and the ids' copy),
+// the same logits in every row.
+void time_device_sampler(backend::Backend& backend, int64_t vocab, int64_t batch, int repeats) {
+  const std::vector<float> row = sampler_logits(vocab);
+  std::vector<float> values;
+  for (int64_t i = 0; i < batch; ++i) values.insert(values.end(), row.begin(), row.end());
+  Tensor logits = backend.upload_weight(Tensor::from_f32(values, {batch, vocab}));
+  for (const SamplerCase& c : sampler_cases()) {
+    engine::Sampler sampler(c.params);
+    std::vector<int32_t> history(256, 17);
+    engine::SampleInputs inputs;
+    inputs.prompt = history;
+    backend::SamplingBatch sampling;
+    for (int64_t i = 0; i < batch; ++i) {
+      const auto r = static_cast<int32_t>(i);
+      for (const backend::LogitEdit& e : engine::logit_edits(c.params, inputs, vocab, r)) sampling.edits.push_back(e);
+      sampling.rows.push_back({c.params.temperature, c.params.top_k, c.params.top_p, c.params.min_p,
+                               c.params.temperature > 0.0f ? sampler.next_uniform() : 0.0});
+    }
+    const double s = backend.time_per_call([&] { backend.sample_rows(logits, sampling); }, repeats);
+    fmt::print("device sampler  {:<31} {:>8.1f} us/row, {:>8.3f} ms/step at batch {}\n", c.name, s * 1e6 / batch,
+               s * 1e3, batch);
   }
 }
 
@@ -298,6 +335,11 @@ int run_bench_ops(const BenchOpsArgs& args) {
                (forward - ops) * 1e3, 100.0 * (forward - ops) / forward);
   }
   time_sampler(spec.vocab_size, n);
+  if (backend->samples_rows()) {
+    // Logits are f32 whatever the compute dtype; a backend of f32 uploads them as they are.
+    auto f32 = backend::make_cuda_backend(device.index, DType::kF32);
+    time_device_sampler(*f32, spec.vocab_size, n, std::max(1, repeats / 5));
+  }
   return 0;
 }
 

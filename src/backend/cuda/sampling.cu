@@ -21,6 +21,7 @@
 // whatever the thread schedule, and the histograms need no ordered float
 // atomics. The host sampler sums doubles; the two agree but for draws within
 // about 1e-7 of a boundary.
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -74,6 +75,10 @@ using ReduceU64 = cub::BlockReduce<unsigned long long, kThreads>;
 using ReduceU32 = cub::BlockReduce<uint32_t, kThreads>;
 using ScanU32 = cub::BlockScan<uint32_t, kThreads>;
 using ScanU64 = cub::BlockScan<unsigned long long, kThreads>;
+constexpr int kPerThread = 2;
+constexpr int kCandidates = kThreads * kPerThread;  // the likeliest tokens the fast path sorts
+using SortOrder = cub::BlockRadixSort<unsigned long long, kThreads, kPerThread>;
+using SortIds = cub::BlockRadixSort<uint32_t, kThreads, kPerThread>;
 
 struct Shared {
   union {
@@ -82,7 +87,10 @@ struct Shared {
     ReduceU32::TempStorage sum32;
     ScanU32::TempStorage scan32;
     ScanU64::TempStorage scan64;
+    SortOrder::TempStorage sort_order;
+    SortIds::TempStorage sort_ids;
   } cub;
+  unsigned long long candidates[kCandidates];  // (key << 32) | ~id of the likeliest tokens
   uint32_t counts[kBins];
   unsigned long long weights[kBins];
   // Results broadcast by one thread to the block.
@@ -94,7 +102,13 @@ struct Shared {
   unsigned long long above_weight;
   unsigned long long remaining;
   int32_t token;
+  uint32_t slots;
+  uint32_t top_p_count;
 };
+
+__device__ __forceinline__ float key_value(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
 
 // One row's processed logits, x / T, read where they lie.
 struct Row {
@@ -131,32 +145,47 @@ __device__ Selected radix_select(const Row& row, bool by_weight, unsigned long l
     }
     __syncthreads();
     const uint32_t high = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-    // Accumulate runs of one digit in registers and add a run when the digit
-    // changes: the top digits of a row's keys fall into a few bins, and one
-    // shared atomic per element there would serialise the block.
-    int run_bin = -1;
-    uint32_t run_count = 0;
-    unsigned long long run_weight = 0;
-    for (int64_t j = threadIdx.x; j < row.n; j += blockDim.x) {
-      const float v = row.value(j);
-      const uint32_t key = order_key(v);
-      if ((key & high) != prefix) continue;
-      const int bin = static_cast<int>((key >> shift) & 0xffu);
-      if (bin != run_bin) {
-        if (run_count > 0) {
-          atomicAdd(&s.counts[run_bin], run_count);
-          atomicAdd(&s.weights[run_bin], run_weight);
+    if (by_weight) {
+      // Runs of one digit accumulate in registers and are added when the digit
+      // changes (the top digits of a row's keys fall into few bins).
+      int run_bin = -1;
+      uint32_t run_count = 0;
+      unsigned long long run_weight = 0;
+      for (int64_t j = threadIdx.x; j < row.n; j += blockDim.x) {
+        const float v = row.value(j);
+        const uint32_t key = order_key(v);
+        if ((key & high) != prefix) continue;
+        const int bin = static_cast<int>((key >> shift) & 0xffu);
+        if (bin != run_bin) {
+          if (run_count > 0) {
+            atomicAdd(&s.counts[run_bin], run_count);
+            atomicAdd(&s.weights[run_bin], run_weight);
+          }
+          run_bin = bin;
+          run_count = 0;
+          run_weight = 0;
         }
-        run_bin = bin;
-        run_count = 0;
-        run_weight = 0;
+        ++run_count;
+        run_weight += fixed_weight(v, row.best);
       }
-      ++run_count;
-      run_weight += fixed_weight(v, row.best);
-    }
-    if (run_count > 0) {
-      atomicAdd(&s.counts[run_bin], run_count);
-      atomicAdd(&s.weights[run_bin], run_weight);
+      if (run_count > 0) {
+        atomicAdd(&s.counts[run_bin], run_count);
+        atomicAdd(&s.weights[run_bin], run_weight);
+      }
+    } else {
+      // Counts only: the lanes of a warp with one digit add once, together
+      // (one shared atomic per element would serialise on the few bins the
+      // top digits fall into). Every lane runs every round, for the match.
+      for (int64_t start = 0; start < row.n; start += blockDim.x) {
+        const int64_t j = start + threadIdx.x;
+        int bin = -1;
+        if (j < row.n) {
+          const uint32_t key = order_key(row.value(j));
+          if ((key & high) == prefix) bin = static_cast<int>((key >> shift) & 0xffu);
+        }
+        const unsigned same = __match_any_sync(0xffffffffu, bin);
+        if (bin >= 0 && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&s.counts[bin], __popc(same));
+      }
     }
     __syncthreads();
     // Warp 0: lane l holds bins 255 - 8l down to 248 - 8l; a scan over the
@@ -213,6 +242,114 @@ __device__ Selected radix_select(const Row& row, bool by_weight, unsigned long l
   return {prefix, above_count, above_weight, remaining, tied};
 }
 
+// The fast path of a truncating row: the first C tokens of the order (C =
+// top_k when it is at most kCandidates, else kCandidates), gathered and
+// sorted in shared memory, where top_p's and min_p's counts are prefix sums.
+// Returns false, with nothing written, when the kept tokens may lie past the
+// candidates (no top_k, and neither top_p nor min_p cuts within them): the
+// row then takes the whole-row path. `total_weight`: the row's, when top_p < 1.
+__device__ bool sample_from_candidates(const Row& row, const SamplingRow& p, unsigned long long total_weight,
+                                       Shared& s, int32_t* token) {
+  const bool top_k_bounds = p.top_k > 0 && p.top_k <= kCandidates;
+  const uint32_t c = static_cast<uint32_t>(smaller<int64_t>(row.n, top_k_bounds ? p.top_k : kCandidates));
+  const Selected cut = radix_select(row, false, c, s);
+
+  // Gather: the larger keys, and the first cut.remaining tied ones in id order.
+  const int64_t chunk = (row.n + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = smaller(row.n, int64_t(threadIdx.x) * chunk);
+  const int64_t end = smaller(row.n, begin + chunk);
+  uint32_t my_ties = 0;
+  for (int64_t j = begin; j < end; ++j) my_ties += order_key(row.value(j)) == cut.key;
+  uint32_t tie_rank = 0;
+  ScanU32(s.cub.scan32).ExclusiveSum(my_ties, tie_rank);
+  if (threadIdx.x == 0) {
+    s.slots = 0;
+    s.top_p_count = 0xffffffffu;
+  }
+  __syncthreads();
+  for (int64_t j = begin; j < end; ++j) {
+    const uint32_t key = order_key(row.value(j));
+    if (key > cut.key || (key == cut.key && tie_rank++ < cut.remaining)) {
+      const uint32_t slot = atomicAdd(&s.slots, 1u);
+      if (slot < kCandidates) s.candidates[slot] = (static_cast<unsigned long long>(key) << 32) | ~static_cast<uint32_t>(j);
+    }
+  }
+  __syncthreads();
+
+  // Likeliest first (a larger key, then a lower id): thread t holds ranks 2t, 2t + 1.
+  unsigned long long order[kPerThread];
+  for (int i = 0; i < kPerThread; ++i) {
+    const uint32_t rank = threadIdx.x * kPerThread + i;
+    order[i] = rank < c ? s.candidates[rank] : 0ull;  // 0: below every real token
+  }
+  __syncthreads();
+  SortOrder(s.cub.sort_order).SortDescending(order);
+  __syncthreads();
+  unsigned long long weight[kPerThread];
+  float value[kPerThread];
+  for (int i = 0; i < kPerThread; ++i) {
+    const uint32_t rank = threadIdx.x * kPerThread + i;
+    value[i] = key_value(static_cast<uint32_t>(order[i] >> 32));
+    weight[i] = rank < c ? fixed_weight(value[i], row.best) : 0ull;
+  }
+
+  uint32_t keep = c;
+  bool bounded = top_k_bounds || static_cast<int64_t>(c) == row.n;
+  if (p.top_p < 1.0f) {
+    const unsigned long long target = larger(
+        1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(total_weight))));
+    unsigned long long before[kPerThread];
+    ScanU64(s.cub.scan64).ExclusiveSum(weight, before);
+    for (int i = 0; i < kPerThread; ++i) {
+      if (before[i] < target && target <= before[i] + weight[i]) {
+        atomicMin(&s.top_p_count, threadIdx.x * kPerThread + i + 1);
+      }
+    }
+    __syncthreads();
+    if (s.top_p_count != 0xffffffffu) {
+      keep = smaller(keep, s.top_p_count);
+      bounded = true;
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const double threshold = log(static_cast<double>(p.min_p)) + static_cast<double>(row.best);
+    uint32_t count = 0;
+    for (int i = 0; i < kPerThread; ++i) {
+      count += (threadIdx.x * kPerThread + i < c && static_cast<double>(value[i]) >= threshold) ? 1u : 0u;
+    }
+    __syncthreads();
+    const uint32_t at_least = larger(1u, ReduceU32(s.cub.sum32).Sum(count));
+    if (threadIdx.x == 0) s.count = at_least;
+    __syncthreads();
+    if (s.count < c) bounded = true;
+    keep = smaller(keep, s.count);
+  }
+  if (!bounded) return false;  // uniform over the block: every thread read the same shared values
+
+  // The draw, in id order over the first `keep` ranks.
+  uint32_t ids[kPerThread];
+  for (int i = 0; i < kPerThread; ++i) {
+    const uint32_t rank = threadIdx.x * kPerThread + i;
+    ids[i] = rank < keep ? ~static_cast<uint32_t>(order[i]) : 0xffffffffu;
+  }
+  __syncthreads();
+  SortIds(s.cub.sort_ids).Sort(ids);
+  __syncthreads();
+  unsigned long long drawn_weight[kPerThread], before[kPerThread], total = 0;
+  for (int i = 0; i < kPerThread; ++i) {
+    drawn_weight[i] = ids[i] != 0xffffffffu ? fixed_weight(row.value(ids[i]), row.best) : 0ull;
+  }
+  ScanU64(s.cub.scan64).ExclusiveSum(drawn_weight, before, total);
+  unsigned long long target = static_cast<unsigned long long>(ceil(p.uniform * static_cast<double>(total)));
+  target = smaller(larger(target, 1ull), total);
+  for (int i = 0; i < kPerThread; ++i) {
+    if (before[i] < target && target <= before[i] + drawn_weight[i]) s.token = static_cast<int32_t>(ids[i]);
+  }
+  __syncthreads();
+  *token = s.token;
+  return true;
+}
+
 __global__ void apply_logit_edits_kernel(float* __restrict__ logits, int64_t vocab, const LogitEdit* __restrict__ edits,
                                          int64_t count) {
   wait_for_previous_kernel();
@@ -254,21 +391,36 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
     return;
   }
 
-  // 2. K: how many of the likeliest tokens are kept.
-  uint64_t keep = static_cast<uint64_t>(n);
-  if (p.top_k > 0) keep = smaller(keep, static_cast<uint64_t>(p.top_k));
+  // The row's total weight, for top_p.
   if (p.top_p < 1.0f) {
     unsigned long long weight = 0;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) weight += fixed_weight(row.value(j), row.best);
     const unsigned long long total = ReduceU64(s.cub.sum64).Sum(weight);
     if (threadIdx.x == 0) s.total = total;
     __syncthreads();
+  }
+  const unsigned long long total_weight = p.top_p < 1.0f ? s.total : 0ull;
+  if (threadIdx.x == 0) s.token = best_id;  // where rounding leaves a target past every token
+  __syncthreads();
+  if (p.top_k > 0 || p.top_p < 1.0f || p.min_p > 0.0f) {
+    int32_t token = 0;
+    if (sample_from_candidates(row, p, total_weight, s, &token)) {
+      if (threadIdx.x == 0) ids[blockIdx.x] = token;
+      return;
+    }
+    __syncthreads();
+  }
+
+  // 2. The whole-row path. K: how many of the likeliest tokens are kept.
+  uint64_t keep = static_cast<uint64_t>(n);
+  if (p.top_k > 0) keep = smaller(keep, static_cast<uint64_t>(p.top_k));
+  if (p.top_p < 1.0f) {
     const unsigned long long target = larger(
-        1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(s.total))));
-    if (target <= s.total) {
+        1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(total_weight))));
+    if (target <= total_weight) {
       const Selected cut = radix_select(row, true, target, s);
       // Tied tokens, lowest id first, until their weight reaches what is still wanted.
-      const float tie_value = __uint_as_float((cut.key & 0x80000000u) ? (cut.key & 0x7fffffffu) : ~cut.key);
+      const float tie_value = key_value(cut.key);
       const unsigned long long tie_weight = fixed_weight(tie_value, row.best);
       unsigned long long ties = tie_weight == 0 ? 1 : (cut.remaining + tie_weight - 1) / tie_weight;
       ties = smaller(larger(ties, 1ull), static_cast<unsigned long long>(cut.tied));
