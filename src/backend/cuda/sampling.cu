@@ -75,8 +75,15 @@ using ReduceU64 = cub::BlockReduce<unsigned long long, kThreads>;
 using ReduceU32 = cub::BlockReduce<uint32_t, kThreads>;
 using ScanU32 = cub::BlockScan<uint32_t, kThreads>;
 using ScanU64 = cub::BlockScan<unsigned long long, kThreads>;
-constexpr int kPerThread = 2;
-constexpr int kCandidates = kThreads * kPerThread;  // the likeliest tokens the fast path sorts
+constexpr int kPerThread = 8;
+constexpr int kCandidates = kThreads * kPerThread;  // at most this many likeliest tokens the fast path sorts
+constexpr int kWanted = 1024;                       // how many it gathers at least, without a top_k
+// Gaps below the largest processed logit, rising by √2, and the whole row
+// last: the fast path gathers the tokens within the smallest gap that holds
+// the ones it wants.
+constexpr int kGaps = 16;
+__constant__ float kGap[kGaps] = {0.25f, 0.3536f, 0.5f, 0.7071f, 1.0f, 1.4142f, 2.0f, 2.8284f,
+                                  4.0f,  5.6569f, 8.0f, 11.314f, 16.0f, 22.627f, 32.0f, INFINITY};
 using SortOrder = cub::BlockRadixSort<unsigned long long, kThreads, kPerThread>;
 using SortIds = cub::BlockRadixSort<uint32_t, kThreads, kPerThread>;
 
@@ -88,9 +95,10 @@ struct Shared {
     ScanU32::TempStorage scan32;
     ScanU64::TempStorage scan64;
     SortOrder::TempStorage sort_order;
+    unsigned long long candidates[kCandidates];  // (key << 32) | ~id of the likeliest tokens, before their sort
     SortIds::TempStorage sort_ids;
   } cub;
-  unsigned long long candidates[kCandidates];  // (key << 32) | ~id of the likeliest tokens
+  uint32_t within[kGaps];  // tokens within each gap of the largest
   uint32_t counts[kBins];
   unsigned long long weights[kBins];
   // Results broadcast by one thread to the block.
@@ -242,45 +250,65 @@ __device__ Selected radix_select(const Row& row, bool by_weight, unsigned long l
   return {prefix, above_count, above_weight, remaining, tied};
 }
 
-// The fast path of a truncating row: the first C tokens of the order (C =
-// top_k when it is at most kCandidates, else kCandidates), gathered and
-// sorted in shared memory, where top_p's and min_p's counts are prefix sums.
-// Returns false, with nothing written, when the kept tokens may lie past the
-// candidates (no top_k, and neither top_p nor min_p cuts within them): the
-// row then takes the whole-row path. `total_weight`: the row's, when top_p < 1.
+// The fast path of a truncating row: the tokens within the smallest gap
+// below the largest processed logit that holds the first C of the order (C =
+// top_k when it is at most kCandidates, else kWanted) — themselves the first
+// M of the order, C <= M <= kCandidates — gathered and sorted in shared
+// memory, where top_p's and min_p's counts are prefix sums. Returns false,
+// with nothing written, when no gap holds C to kCandidates tokens, or when the
+// kept tokens may lie past the M (no top_k, and neither top_p nor min_p cuts
+// within them): the row then takes the whole-row path. `total_weight`: the
+// row's, when top_p < 1.
 __device__ bool sample_from_candidates(const Row& row, const SamplingRow& p, unsigned long long total_weight,
                                        Shared& s, int32_t* token) {
   const bool top_k_bounds = p.top_k > 0 && p.top_k <= kCandidates;
-  const uint32_t c = static_cast<uint32_t>(smaller<int64_t>(row.n, top_k_bounds ? p.top_k : kCandidates));
-  const Selected cut = radix_select(row, false, c, s);
+  const uint32_t c = static_cast<uint32_t>(smaller<int64_t>(row.n, top_k_bounds ? p.top_k : kWanted));
+  const int lane = threadIdx.x & 31;
 
-  // Gather: the larger keys, and the first cut.remaining tied ones in id order.
-  const int64_t chunk = (row.n + blockDim.x - 1) / blockDim.x;
-  const int64_t begin = smaller(row.n, int64_t(threadIdx.x) * chunk);
-  const int64_t end = smaller(row.n, begin + chunk);
-  uint32_t my_ties = 0;
-  for (int64_t j = begin; j < end; ++j) my_ties += order_key(row.value(j)) == cut.key;
-  uint32_t tie_rank = 0;
-  ScanU32(s.cub.scan32).ExclusiveSum(my_ties, tie_rank);
-  if (threadIdx.x == 0) {
-    s.slots = 0;
-    s.top_p_count = 0xffffffffu;
+  // Counts within every gap at once, in registers (no atomics per token).
+  uint32_t within[kGaps];
+  for (int g = 0; g < kGaps; ++g) within[g] = 0;
+  for (int64_t j = threadIdx.x; j < row.n; j += blockDim.x) {
+    const float gap = row.best - row.value(j);
+    for (int g = 0; g < kGaps; ++g) within[g] += gap <= kGap[g] ? 1u : 0u;
   }
+  if (threadIdx.x < kGaps) s.within[threadIdx.x] = 0;
+  if (threadIdx.x == 0) s.slots = 0;
   __syncthreads();
-  for (int64_t j = begin; j < end; ++j) {
-    const uint32_t key = order_key(row.value(j));
-    if (key > cut.key || (key == cut.key && tie_rank++ < cut.remaining)) {
-      const uint32_t slot = atomicAdd(&s.slots, 1u);
-      if (slot < kCandidates) s.candidates[slot] = (static_cast<unsigned long long>(key) << 32) | ~static_cast<uint32_t>(j);
+  for (int g = 0; g < kGaps; ++g) {
+    uint32_t sum = within[g];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) atomicAdd(&s.within[g], sum);
+  }
+  if (threadIdx.x == 0) s.top_p_count = 0xffffffffu;
+  __syncthreads();
+  int chosen = -1;
+  for (int g = 0; g < kGaps && chosen < 0; ++g) chosen = s.within[g] >= c ? g : -1;
+  if (chosen < 0 || s.within[chosen] > kCandidates) return false;
+  const uint32_t m = s.within[chosen];
+  const float gap_limit = kGap[chosen];
+
+  // Gather them (every lane runs every round, for the ballot).
+  for (int64_t start = 0; start < row.n; start += blockDim.x) {
+    const int64_t j = start + threadIdx.x;
+    const float v = j < row.n ? row.value(j) : -INFINITY;
+    const bool in = j < row.n && row.best - v <= gap_limit;
+    const unsigned ballot = __ballot_sync(0xffffffffu, in);
+    uint32_t base = 0;
+    if (lane == 0 && ballot != 0) base = atomicAdd(&s.slots, static_cast<uint32_t>(__popc(ballot)));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (in) {
+      const uint32_t slot = base + __popc(ballot & ((1u << lane) - 1u));
+      s.cub.candidates[slot] = (static_cast<unsigned long long>(order_key(v)) << 32) | ~static_cast<uint32_t>(j);
     }
   }
   __syncthreads();
 
-  // Likeliest first (a larger key, then a lower id): thread t holds ranks 2t, 2t + 1.
+  // Likeliest first (a larger key, then a lower id): thread t holds ranks 8t to 8t + 7.
   unsigned long long order[kPerThread];
   for (int i = 0; i < kPerThread; ++i) {
     const uint32_t rank = threadIdx.x * kPerThread + i;
-    order[i] = rank < c ? s.candidates[rank] : 0ull;  // 0: below every real token
+    order[i] = rank < m ? s.cub.candidates[rank] : 0ull;  // 0: below every real token
   }
   __syncthreads();
   SortOrder(s.cub.sort_order).SortDescending(order);
@@ -290,11 +318,11 @@ __device__ bool sample_from_candidates(const Row& row, const SamplingRow& p, uns
   for (int i = 0; i < kPerThread; ++i) {
     const uint32_t rank = threadIdx.x * kPerThread + i;
     value[i] = key_value(static_cast<uint32_t>(order[i] >> 32));
-    weight[i] = rank < c ? fixed_weight(value[i], row.best) : 0ull;
+    weight[i] = rank < m ? fixed_weight(value[i], row.best) : 0ull;
   }
 
-  uint32_t keep = c;
-  bool bounded = top_k_bounds || static_cast<int64_t>(c) == row.n;
+  uint32_t keep = top_k_bounds ? c : m;
+  bool bounded = top_k_bounds || static_cast<int64_t>(m) == row.n;
   if (p.top_p < 1.0f) {
     const unsigned long long target = larger(
         1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(total_weight))));
@@ -315,13 +343,13 @@ __device__ bool sample_from_candidates(const Row& row, const SamplingRow& p, uns
     const double threshold = log(static_cast<double>(p.min_p)) + static_cast<double>(row.best);
     uint32_t count = 0;
     for (int i = 0; i < kPerThread; ++i) {
-      count += (threadIdx.x * kPerThread + i < c && static_cast<double>(value[i]) >= threshold) ? 1u : 0u;
+      count += (threadIdx.x * kPerThread + i < m && static_cast<double>(value[i]) >= threshold) ? 1u : 0u;
     }
     __syncthreads();
     const uint32_t at_least = larger(1u, ReduceU32(s.cub.sum32).Sum(count));
     if (threadIdx.x == 0) s.count = at_least;
     __syncthreads();
-    if (s.count < c) bounded = true;
+    if (s.count < m) bounded = true;
     keep = smaller(keep, s.count);
   }
   if (!bounded) return false;  // uniform over the block: every thread read the same shared values
