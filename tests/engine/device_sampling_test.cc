@@ -1,0 +1,187 @@
+// The engine's side of sampling on a device (StepPlan::device_sampling): an
+// executor that samples on its device gets one row per sampling chunk, each
+// with the uniform number its request's own generator draws — one per
+// sampled token, none for a greedy one — and the penalties and min_tokens
+// masks as the host Sampler's edits; a step with a logprobs request stays
+// on host logits and draws nothing. The fake device here picks
+// floor(uniform · vocab) at temperature > 0 and the fake logits' argmax past
+// masked ids at 0, so the tokens show which numbers it was given.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "fake_executor.h"
+
+namespace tessera::engine {
+namespace {
+
+using testing::FakeExecutor;
+
+class DeviceExecutor : public FakeExecutor {
+ public:
+  bool samples_on_device() const override { return true; }
+  StepOutput execute(const StepPlan& plan) override {
+    if (!plan.device_sampling || plan.num_sampling() == 0) {
+      if (plan.num_sampling() > 0) ++host_steps;
+      return FakeExecutor::execute(plan);
+    }
+    batches.push_back(*plan.device_sampling);
+    StepOutput out;
+    int32_t row = 0;
+    for (const ScheduledChunk& c : plan.chunks) {
+      if (!c.sample) continue;
+      const backend::SamplingRow& r = plan.device_sampling->rows.at(row);
+      if (r.temperature > 0.0f) {
+        out.token_ids.push_back(static_cast<int32_t>(std::floor(r.uniform * static_cast<double>(vocab_size()))));
+      } else {
+        int32_t token = (c.token_ids.back() + 1) % vocab_size();  // the fake logits' argmax
+        for (const backend::LogitEdit& e : plan.device_sampling->edits) {
+          if (e.row == row && e.id == token && e.masked != 0) token = (c.token_ids.back() + 2) % vocab_size();
+        }
+        out.token_ids.push_back(token);
+      }
+      ++row;
+    }
+    return out;
+  }
+  std::vector<backend::SamplingBatch> batches;
+  int host_steps = 0;
+};
+
+EngineConfig config() {
+  EngineConfig c;
+  c.block_size = 4;
+  c.num_blocks = 64;
+  c.session_len = 64;
+  c.scheduler = {8, 16};
+  c.eos_ids = {2};
+  return c;
+}
+
+Request request(float temperature, uint64_t seed) {
+  Request r;
+  r.prompt = {5, 6};
+  r.max_tokens = 6;
+  r.ignore_eos = true;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  return r;
+}
+
+// What the device executor was given (copied out: the engine owns it).
+struct Seen {
+  std::vector<backend::SamplingBatch> batches;
+  int host_steps = 0;
+  int64_t vocab = 0;
+};
+
+// Every stream's tokens, the requests submitted together.
+std::vector<std::vector<int32_t>> run(const std::vector<Request>& requests, Seen* seen) {
+  auto executor = std::make_unique<DeviceExecutor>();
+  DeviceExecutor* device = executor.get();
+  Engine engine(config(), std::move(executor));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const Request& r : requests) streams.push_back(engine.submit(r));
+  std::vector<std::vector<int32_t>> all;
+  for (auto& s : streams) {
+    all.emplace_back();
+    while (true) {
+      TokenEvent e = s->next();
+      if (e.has_token()) all.back().push_back(e.token);
+      if (e.last()) break;
+    }
+  }
+  engine.stop();  // the engine thread is done with the executor
+  seen->batches = device->batches;
+  seen->host_steps = device->host_steps;
+  seen->vocab = device->vocab_size();
+  return all;
+}
+
+// What the fake device makes of a request's generator: one number a token.
+std::vector<int32_t> expected_draws(const SamplingParams& params, int count, int64_t vocab) {
+  Sampler reference(params);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < count; ++i) {
+    tokens.push_back(static_cast<int32_t>(std::floor(reference.next_uniform() * static_cast<double>(vocab))));
+  }
+  return tokens;
+}
+
+TEST(DeviceSampling, EachSampledTokenIsOneNumberOfItsOwnGenerator) {
+  Seen seen;
+  const std::vector<Request> requests = {request(0.9f, 7), request(0.0f, 0), request(1.2f, 8)};
+  const auto tokens = run(requests, &seen);
+  const int64_t vocab = seen.vocab;
+  EXPECT_EQ(tokens[0], expected_draws(requests[0].sampling, 6, vocab));
+  EXPECT_EQ(tokens[1], (std::vector<int32_t>{7, 8, 9, 10, 11, 12}));  // greedy: the fake logits' tokens
+  EXPECT_EQ(tokens[2], expected_draws(requests[2].sampling, 6, vocab));
+  EXPECT_NE(tokens[0], tokens[2]);
+  EXPECT_EQ(seen.host_steps, 0);
+  for (const backend::SamplingBatch& b : seen.batches) {
+    for (const backend::SamplingRow& r : b.rows) {
+      if (r.temperature == 0.0f) EXPECT_EQ(r.uniform, 0.0);
+    }
+  }
+}
+
+TEST(DeviceSampling, PenaltiesAndMasksArriveAsTheSamplersEdits) {
+  Seen seen;
+  Request penalised = request(0.8f, 3);
+  penalised.sampling.repetition_penalty = 1.3f;
+  penalised.sampling.frequency_penalty = 0.5f;
+  penalised.sampling.logit_bias = {{9, 2.0f}};
+  Request masked = request(0.0f, 0);
+  masked.ignore_eos = false;
+  masked.min_tokens = 2;
+  masked.prompt = {1};  // the argmax is eos (2) at first: masked, so 3
+  const auto tokens = run({penalised, masked}, &seen);
+  ASSERT_FALSE(seen.batches.empty());
+  // The first step: the penalised request's edits are logit_edits of its prompt.
+  const backend::SamplingBatch& first = seen.batches.front();
+  ASSERT_EQ(first.rows.size(), 2u);
+  std::vector<backend::LogitEdit> want =
+      logit_edits(penalised.sampling, SampleInputs{penalised.prompt, {}, {}}, seen.vocab, 0);
+  std::vector<backend::LogitEdit> got;
+  bool eos_masked = false;
+  for (const backend::LogitEdit& e : first.edits) {
+    if (e.row == 0) got.push_back(e);
+    if (e.row == 1 && e.id == 2 && e.masked != 0) eos_masked = true;
+  }
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].id, want[i].id);
+    EXPECT_EQ(got[i].repetition_penalty, want[i].repetition_penalty);
+    EXPECT_EQ(got[i].penalty, want[i].penalty);
+    EXPECT_EQ(got[i].bias, want[i].bias);
+  }
+  EXPECT_TRUE(eos_masked);
+  ASSERT_GE(tokens[1].size(), 1u);
+  EXPECT_EQ(tokens[1][0], 3);  // eos masked before min_tokens
+}
+
+TEST(DeviceSampling, ALogprobsRequestKeepsItsStepsOnHostLogitsAndDrawsOnlyThere) {
+  Seen seen;
+  Request with_logprobs = request(0.0f, 0);
+  with_logprobs.logprobs = true;
+  with_logprobs.max_tokens = 3;
+  const Request sampled = request(0.9f, 7);
+  const auto tokens = run({with_logprobs, sampled}, &seen);
+  EXPECT_GE(seen.host_steps, 3);
+  EXPECT_EQ(tokens[0], (std::vector<int32_t>{7, 8, 9}));
+  // The sampled request's first tokens came from the host Sampler (one number
+  // each), its last `on_device` from the device at the generator's next numbers.
+  ASSERT_EQ(tokens[1].size(), 6u);
+  int on_device = 0;
+  for (const backend::SamplingBatch& b : seen.batches) {
+    for (const backend::SamplingRow& r : b.rows) on_device += r.temperature > 0.0f ? 1 : 0;
+  }
+  EXPECT_GE(on_device, 3);
+  const std::vector<int32_t> draws = expected_draws(sampled.sampling, 6, seen.vocab);
+  for (int i = 6 - on_device; i < 6; ++i) EXPECT_EQ(tokens[1][i], draws[i]) << "token " << i;
+}
+
+}  // namespace
+}  // namespace tessera::engine
