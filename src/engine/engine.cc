@@ -135,7 +135,6 @@ void Engine::step() {
   if (plan.empty()) return publish_stats(plan, {});
   std::vector<SequenceUpdate> updates;
   try {
-    mark_greedy_chunks(plan, scheduler_);
     if (executor_->samples_on_device()) {
       plan.device_sampling = device_sampling_batch(plan, scheduler_, executor_->vocab_size());
     }

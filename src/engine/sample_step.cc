@@ -6,17 +6,6 @@
 
 namespace tessera::engine {
 
-void mark_greedy_chunks(StepPlan& plan, Scheduler& scheduler) {
-  for (ScheduledChunk& chunk : plan.chunks) {
-    chunk.greedy = false;
-    if (!chunk.sample) continue;
-    const Sequence* seq = scheduler.find(chunk.id);
-    if (seq == nullptr) continue;
-    chunk.greedy = takes_plain_argmax(seq->sampler.params()) && !seq->request.logprobs &&
-                   seq->request.top_logprobs == 0 && masked_ids(*seq, scheduler.stop_config()).empty();
-  }
-}
-
 std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan, Scheduler& scheduler, int64_t vocab) {
   std::vector<Sequence*> seqs;
   for (const ScheduledChunk& chunk : plan.chunks) {
@@ -54,7 +43,7 @@ std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& ou
   if (rows == 0) return results;
   if (!output.token_ids.empty()) {
     TESSERA_CHECK(static_cast<int64_t>(output.token_ids.size()) == rows);
-    for (const ScheduledChunk& chunk : plan.chunks) TESSERA_CHECK(plan.device_sampling || !chunk.sample || chunk.greedy);
+    TESSERA_CHECK(plan.device_sampling.has_value());
     for (int32_t id : output.token_ids) results.push_back({id});
     return results;
   }

@@ -14,17 +14,12 @@
 
 namespace tessera::engine {
 
-// Marks the sampling chunks whose Sampler is plain greedy this step (temperature
-// 0, no penalties, no masked ids, no logprobs), so an executor may return
-// argmax ids rather than logits. Call after schedule(), before execute().
-void mark_greedy_chunks(StepPlan& plan, Scheduler& scheduler);
-
 // For an executor that samples on its device: one row per sampling chunk, in
 // plan order (its parameters, its penalties, logit_bias and min_tokens masks
 // as edits, and the uniform number its request's generator draws for it);
 // nullopt, drawing nothing, when a chunk asks for logprobs (they need the
 // logits on the host). `vocab`: the logits rows' size. Call after
-// mark_greedy_chunks(), before execute().
+// schedule(), before execute().
 std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan, Scheduler& scheduler, int64_t vocab);
 
 // One result per chunk with `sample`, in plan order; output.token_ids, when

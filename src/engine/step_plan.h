@@ -21,7 +21,6 @@ struct ScheduledChunk {
   int32_t start_position = 0;        // == the sequence's num_computed_tokens
   std::vector<int32_t> block_table;  // [ceil((start_position + n) / block_size)] block ids
   bool sample = false;               // the chunk ends at the last known token: logits wanted
-  bool greedy = false;               // sample, and its Sampler is plain greedy now (argmax, nothing else read)
 };
 
 struct StepPlan {
@@ -46,9 +45,8 @@ struct StepPlan {
 // order; it may be undefined when no chunk samples.
 struct StepOutput {
   Tensor logits;  // [plan.num_sampling(), vocab] host f32
-  // Instead of logits, when the plan has device_sampling (each row sampled on
-  // the device, so a batch's logits never cross to the host), or when every
-  // sampling chunk is `greedy` (each row's argmax).
+  // Instead of logits, when the plan has device_sampling: each row sampled on
+  // the device, so a batch's logits never cross to the host.
   std::vector<int32_t> token_ids;  // [plan.num_sampling()]
 };
 
