@@ -1,23 +1,27 @@
 // Paged causal GQA attention for prefill chunks on tensor cores
 // (flash-attention-2 style), the fast twin of attention_prefill.cu.
 //
-// Design: one thread block of four warps per (query tile, KV head, row chunk).
-// The rows of a block are 64 (query, head) pairs of one KV head's group,
-// head fastest: row r of chunk c is pair f = 64c + r, query f / G of the tile
-// and query head kv·G + f % G (G = heads / kv_heads). So the G heads that
-// read the same keys share every K/V tile a block stages, and a tile of one
-// decode token still fills G rows. Each warp owns 16 rows.
+// Design: one thread block of kWarps warps per (query tile, KV head, row
+// chunk). The rows of a block are 16·kMTiles·kWarps (query, head) pairs of one
+// KV head's group, head fastest: row r of chunk c is pair f = kRows·c + r,
+// query f / G of the tile and query head kv·G + f % G (G = heads / kv_heads).
+// So the G heads that read the same keys share every K/V tile a block stages,
+// and a tile of one decode token still fills G rows. Each warp owns kMTiles
+// m-tiles of 16 rows: every K/V fragment it reads from shared memory feeds
+// kMTiles products, which is what bounds this kernel (ldmatrix traffic per
+// mma), and the block's kWarps warps share one staged copy of each tile.
 //
-// Per K/V tile of 64 positions: S = Q·Kᵀ by mma.sync m16n8k16 (16-bit inputs,
-// f32 accumulate) with Q held in registers as A fragments and K read from
-// shared memory by ldmatrix; masked, scaled and exponentiated in registers
-// (online softmax, f32, base 2); P is rounded to 16 bits and reused directly
-// as the A fragments of O += P·V (V by ldmatrix.trans). K/V rows are gathered
-// through the block table by cp.async into two shared-memory stages, so the
-// next tile loads while this one is computed. Tiles wholly before every row's
-// position skip the mask; tiles after the block's last position are never
-// loaded (causal skipping). Rows of shared memory are padded by 16 bytes so
-// ldmatrix's eight row reads fall in different banks.
+// Per K/V tile of kKeys positions: S = Q·Kᵀ by mma.sync m16n8k16 (16-bit
+// inputs, f32 accumulate) with Q held in registers as A fragments and K read
+// from shared memory by ldmatrix; masked, scaled and exponentiated in
+// registers (online softmax, f32, base 2); P is rounded to 16 bits and reused
+// directly as the A fragments of O += P·V (V by ldmatrix.trans). K/V rows are
+// gathered through the block table by cp.async into kStages shared-memory
+// stages, so the next tile loads while this one is computed (one barrier a
+// tile). Tiles wholly before every row's position skip the mask; tiles after
+// the block's last position are never loaded (causal skipping). Rows of
+// shared memory are padded by 16 bytes so ldmatrix's eight row reads fall in
+// different banks.
 //
 // mma.sync with bf16 needs sm_80: the kernel body exists only in images built
 // for compute_80 or newer, and the launcher is never called on older images
@@ -39,16 +43,12 @@ namespace tessera::backend::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kRows = 16 * kWarps;  // (query, head) rows per block
-constexpr int kKeys = 64;           // keys per K/V tile
-constexpr int kThreads = 32 * kWarps;
 constexpr int kPad = 8;             // elements of padding per shared row (16 bytes)
-static_assert(kRows == 64, "a block's rows are 64 (query, head) pairs, as prepare() cuts 64-query tiles");
+constexpr int kTileQueries = 64;    // queries per tile, as prepare() cuts them
 
-template <int kHeadDim>
+template <int kHeadDim, int kStages, int kKeys>
 constexpr int shared_bytes() {
-  return 2 /*stages*/ * 2 /*K, V*/ * kKeys * (kHeadDim + kPad) * 2 /*bytes*/;
+  return kStages * 2 /*K, V*/ * kKeys * (kHeadDim + kPad) * 2 /*bytes*/;
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -119,8 +119,8 @@ __device__ __forceinline__ uint32_t pack2<__half>(float low, float high) {
 
 #endif  // __CUDA_ARCH__ >= 800
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads)
+template <typename T, int kHeadDim, int kWarps, int kStages, int kM, int kKeys>
+__global__ void __launch_bounds__(32 * kWarps)
     prefill_attention_mma_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions,
                                  const int32_t* __restrict__ tile_seq, const int32_t* __restrict__ tile_first,
                                  const int32_t* __restrict__ tile_count, int32_t num_tiles,
@@ -129,14 +129,17 @@ __global__ void __launch_bounds__(kThreads)
                                  const T* __restrict__ k_cache, const T* __restrict__ v_cache, T* __restrict__ out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(kHeadDim % 16 == 0, "head_dim is a multiple of the mma's k");
+  static_assert(kKeys % 16 == 0, "a K/V tile is whole k steps of P·V");
+  constexpr int kRows = 16 * kM * kWarps;           // (query, head) rows per block
+  constexpr int kThreads = 32 * kWarps;
   constexpr int kStride = kHeadDim + kPad;          // shared row, elements
   constexpr int kChunks = kHeadDim / 8;             // 16-byte pieces of a row
   constexpr int kSteps = kHeadDim / 16;             // k steps of Q·Kᵀ
   constexpr int kKeyFrags = kKeys / 8;              // n tiles of S
   constexpr int kDimFrags = kHeadDim / 8;           // n tiles of O
   extern __shared__ __align__(16) unsigned char shared_raw[];
-  T* k_tiles = reinterpret_cast<T*>(shared_raw);   // [2][kKeys][kStride]
-  T* v_tiles = k_tiles + 2 * kKeys * kStride;      // [2][kKeys][kStride]
+  T* k_tiles = reinterpret_cast<T*>(shared_raw);   // [kStages][kKeys][kStride]
+  T* v_tiles = k_tiles + kStages * kKeys * kStride; // [kStages][kKeys][kStride]
 
   // Longest tiles (the last of a sequence) first: they bound the kernel's tail.
   const int32_t tile = num_tiles - 1 - static_cast<int32_t>(blockIdx.x);
@@ -158,28 +161,32 @@ __global__ void __launch_bounds__(kThreads)
   const int g = lane / 4, i4 = lane % 4;
   const int64_t qkv_size = int64_t(heads + 2 * kv_heads) * kHeadDim;
 
-  // This thread's two rows (g and g + 8 of its warp): their token, head and position.
-  int64_t token[2];
-  int32_t head[2], position[2];
-  bool valid[2];
+  // This thread's rows: g and g + 8 of each of its warp's kM m-tiles (r = 2·mt + h).
+  // Only the positions live through the loop (the mask needs them); a row's token
+  // and head are recomputed where Q is read and O written.
+  auto pair_of = [&](int r) { return first_pair + (warp * kM + r / 2) * 16 + g + 8 * (r % 2); };
+  int32_t position[2 * kM];
   #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int32_t pair = first_pair + warp * 16 + g + 8 * h;
-    valid[h] = pair <= last_pair;
-    token[h] = first + (valid[h] ? pair / group : 0);
-    head[h] = kv * group + (valid[h] ? pair % group : 0);
-    position[h] = valid[h] ? positions[token[h]] : -1;  // -1: every key masked
+  for (int r = 0; r < 2 * kM; ++r) {
+    const int32_t pair = pair_of(r);
+    position[r] = pair <= last_pair ? positions[first + pair / group] : -1;  // -1: every key masked
   }
 
   // Q as A fragments, straight from global memory (read once).
-  uint32_t q[kSteps][4];
+  uint32_t q[kM][kSteps][4];
   #pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
+  for (int mt = 0; mt < kM; ++mt) {
     #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const T* row = qkv + token[h] * qkv_size + int64_t(head[h]) * kHeadDim + s * 16 + 2 * i4;
-      q[s][h] = valid[h] ? *reinterpret_cast<const uint32_t*>(row) : 0u;
-      q[s][h + 2] = valid[h] ? *reinterpret_cast<const uint32_t*>(row + 8) : 0u;
+      const int32_t pair = pair_of(2 * mt + h);
+      const bool valid = pair <= last_pair;
+      const T* row = qkv + (first + (valid ? pair / group : 0)) * qkv_size +
+                     int64_t(kv * group + (valid ? pair % group : 0)) * kHeadDim + 2 * i4;
+      #pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        q[mt][s][h] = valid ? *reinterpret_cast<const uint32_t*>(row + s * 16) : 0u;
+        q[mt][s][h + 2] = valid ? *reinterpret_cast<const uint32_t*>(row + s * 16 + 8) : 0u;
+      }
     }
   }
 
@@ -199,34 +206,45 @@ __global__ void __launch_bounds__(kThreads)
       cp_async_16(shared_address(k_stage + j * kStride + c * 8), k_cache + offset, inside ? 16 : 0);
       cp_async_16(shared_address(v_stage + j * kStride + c * 8), v_cache + offset, inside ? 16 : 0);
     }
-    cp_async_commit();
   };
 
-  float o[kDimFrags][4];
+  float o[kM][kDimFrags][4];
+  float m[2 * kM], l[2 * kM];
   #pragma unroll
-  for (int d = 0; d < kDimFrags; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int mt = 0; mt < kM; ++mt) {
+    #pragma unroll
+    for (int d = 0; d < kDimFrags; ++d) o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
+  }
+  #pragma unroll
+  for (int r = 0; r < 2 * kM; ++r) m[r] = -INFINITY, l[r] = 0.0f;
   const float scale_log2 = rsqrtf(static_cast<float>(kHeadDim)) * 1.4426950408889634f;
 
-  load_tile(key_begin, 0);
+  // kStages - 1 tiles in flight ahead of the one computed; one commit group per
+  // tile (empty past the last), so wait_group counts tiles.
+  #pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_key_tiles) load_tile(key_begin + s * kKeys, s);
+    cp_async_commit();
+  }
   for (int32_t t = 0; t < num_key_tiles; ++t) {
     const int32_t k0 = key_begin + t * kKeys;
-    const int stage = t % 2;
-    if (t + 1 < num_key_tiles) {
-      load_tile(k0 + kKeys, (t + 1) % 2);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // stage `stage` is visible to every warp
+    const int stage = t % kStages;
+    cp_async_wait<kStages - 2>();  // tile t has landed (this thread's copies)
+    __syncthreads();  // ... every thread's, and every warp is done with the stage refilled next
+    if (t + kStages - 1 < num_key_tiles) load_tile(k0 + (kStages - 1) * kKeys, (t + kStages - 1) % kStages);
+    cp_async_commit();
     const T* k_stage = k_tiles + stage * kKeys * kStride;
     const T* v_stage = v_tiles + stage * kKeys * kStride;
 
-    // S [16 rows x kKeys] = Q · Kᵀ. ldmatrix x4 gives b0, b1 of key tiles j and j + 1:
-    // matrices (keys j·8.., dims s·16..), (j·8.., s·16+8..), ((j+1)·8.., s·16..), ((j+1)·8.., s·16+8..).
-    float score[kKeyFrags][4];
+    // S [16 rows x kKeys] per m-tile = Q · Kᵀ. ldmatrix x4 gives b0, b1 of key tiles j and j + 1:
+    // matrices (keys j·8.., dims s·16..), (j·8.., s·16+8..), ((j+1)·8.., s·16..), ((j+1)·8.., s·16+8..);
+    // each is used by all kM m-tiles, which is what a warp's kM rows of 16 save in shared-memory reads.
+    float score[kM][kKeyFrags][4];
     #pragma unroll
-    for (int j = 0; j < kKeyFrags; ++j) score[j][0] = score[j][1] = score[j][2] = score[j][3] = 0.0f;
+    for (int mt = 0; mt < kM; ++mt) {
+      #pragma unroll
+      for (int j = 0; j < kKeyFrags; ++j) score[mt][j][0] = score[mt][j][1] = score[mt][j][2] = score[mt][j][3] = 0.0f;
+    }
     #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       #pragma unroll
@@ -235,8 +253,11 @@ __global__ void __launch_bounds__(kThreads)
         const int key = j * 8 + (lane & 7) + (lane >> 4) * 8;
         const int dim = s * 16 + ((lane >> 3) & 1) * 8;
         ldmatrix_x4(b, shared_address(k_stage + key * kStride + dim));
-        mma_16816<T>(score[j], q[s], b[0], b[1]);
-        mma_16816<T>(score[j + 1], q[s], b[2], b[3]);
+        #pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {
+          mma_16816<T>(score[mt][j], q[mt][s], b[0], b[1]);
+          mma_16816<T>(score[mt][j + 1], q[mt][s], b[2], b[3]);
+        }
       }
     }
 
@@ -245,40 +266,41 @@ __global__ void __launch_bounds__(kThreads)
     // window. Rows past the block's pairs have zero Q and are never written.
     const bool masked = k0 + kKeys - 1 > low_position || (window > 0 && k0 <= high_position - window);
     #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int r = 0; r < 2 * kM; ++r) {
+      const int mt = r / 2, h = r % 2;
       float row_max = -INFINITY;
       #pragma unroll
       for (int j = 0; j < kKeyFrags; ++j) {
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float x = score[j][2 * h + e] * scale_log2;
+          float x = score[mt][j][2 * h + e] * scale_log2;
           if (masked) {
             const int32_t p = k0 + j * 8 + 2 * i4 + e;
-            if (p > position[h] || (window > 0 && p <= position[h] - window)) x = -INFINITY;
+            if (p > position[r] || (window > 0 && p <= position[r] - window)) x = -INFINITY;
           }
-          score[j][2 * h + e] = x;
+          score[mt][j][2 * h + e] = x;
           row_max = fmaxf(row_max, x);
         }
       }
       row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
       row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
-      const float m_new = fmaxf(m[h], row_max);
+      const float m_new = fmaxf(m[r], row_max);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet
-      const float correction = exp2f(m[h] - m_use);
-      m[h] = m_new;
-      l[h] *= correction;
+      const float correction = exp2f(m[r] - m_use);
+      m[r] = m_new;
+      l[r] *= correction;
       #pragma unroll
       for (int d = 0; d < kDimFrags; ++d) {
-        o[d][2 * h] *= correction;
-        o[d][2 * h + 1] *= correction;
+        o[mt][d][2 * h] *= correction;
+        o[mt][d][2 * h + 1] *= correction;
       }
       #pragma unroll
       for (int j = 0; j < kKeyFrags; ++j) {
         #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float p = exp2f(score[j][2 * h + e] - m_use);
-          score[j][2 * h + e] = p;
-          l[h] += p;  // this thread's part of the row sum; the four parts are added at the end
+          const float p = exp2f(score[mt][j][2 * h + e] - m_use);
+          score[mt][j][2 * h + e] = p;
+          l[r] += p;  // this thread's part of the row sum; the four parts are added at the end
         }
       }
     }
@@ -288,55 +310,83 @@ __global__ void __launch_bounds__(kThreads)
     // matrices (keys 16k.., dims d·8..), (16k+8.., d·8..), (16k.., d·8+8..), (16k+8.., d·8+8..).
     #pragma unroll
     for (int k = 0; k < kKeys / 16; ++k) {
-      const uint32_t a[4] = {pack2<T>(score[2 * k][0], score[2 * k][1]), pack2<T>(score[2 * k][2], score[2 * k][3]),
-                             pack2<T>(score[2 * k + 1][0], score[2 * k + 1][1]),
-                             pack2<T>(score[2 * k + 1][2], score[2 * k + 1][3])};
+      uint32_t a[kM][4];
+      #pragma unroll
+      for (int mt = 0; mt < kM; ++mt) {
+        a[mt][0] = pack2<T>(score[mt][2 * k][0], score[mt][2 * k][1]);
+        a[mt][1] = pack2<T>(score[mt][2 * k][2], score[mt][2 * k][3]);
+        a[mt][2] = pack2<T>(score[mt][2 * k + 1][0], score[mt][2 * k + 1][1]);
+        a[mt][3] = pack2<T>(score[mt][2 * k + 1][2], score[mt][2 * k + 1][3]);
+      }
       #pragma unroll
       for (int d = 0; d < kDimFrags; d += 2) {
         uint32_t b[4];
         const int key = k * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         const int dim = d * 8 + (lane >> 4) * 8;
         ldmatrix_x4_trans(b, shared_address(v_stage + key * kStride + dim));
-        mma_16816<T>(o[d], a, b[0], b[1]);
-        mma_16816<T>(o[d + 1], a, b[2], b[3]);
+        #pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {
+          mma_16816<T>(o[mt][d], a[mt], b[0], b[1]);
+          mma_16816<T>(o[mt][d + 1], a[mt], b[2], b[3]);
+        }
       }
     }
-    __syncthreads();  // every warp is done with `stage` before the next iteration refills it
   }
 
   #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sum = l[h];
+  for (int r = 0; r < 2 * kM; ++r) {
+    const int mt = r / 2, h = r % 2;
+    float sum = l[r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if (!valid[h]) continue;
+    const int32_t pair = pair_of(r);
+    if (pair > last_pair) continue;
     const float inv = 1.0f / sum;
-    T* row = out + (token[h] * heads + head[h]) * kHeadDim + 2 * i4;
+    T* row = out + ((first + pair / group) * int64_t(heads) + kv * group + pair % group) * kHeadDim + 2 * i4;
     #pragma unroll
     for (int d = 0; d < kDimFrags; ++d) {
-      *reinterpret_cast<uint32_t*>(row + d * 8) = pack2<T>(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+      *reinterpret_cast<uint32_t*>(row + d * 8) = pack2<T>(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
     }
   }
 #endif  // __CUDA_ARCH__ >= 800
 }
+
+template <typename T, int kHeadDim, int kWarps, int kStages, int kM, int kKeys>
+void launch_config(const T* qkv, const int32_t* positions, const int32_t* tile_seq, const int32_t* tile_first,
+            const int32_t* tile_count, int64_t num_tiles, const int32_t* block_tables, int32_t max_blocks_per_seq,
+            int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window, const T* k_cache, const T* v_cache,
+            T* out, cudaStream_t stream) {
+  auto kernel = prefill_attention_mma_kernel<T, kHeadDim, kWarps, kStages, kM, kKeys>;
+  constexpr int bytes = shared_bytes<kHeadDim, kStages, kKeys>();
+  constexpr int kRows = 16 * kM * kWarps;
+  // Above 48 KiB of dynamic shared memory a kernel must opt in (per device, so every launch says it).
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const int64_t chunks = (kTileQueries * (heads / kv_heads) + kRows - 1) / kRows;
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads), static_cast<unsigned>(chunks));
+  kernel<<<grid, 32 * kWarps, bytes, stream>>>(qkv, positions, tile_seq, tile_first, tile_count,
+                                            static_cast<int32_t>(num_tiles), block_tables, max_blocks_per_seq,
+                                            static_cast<int32_t>(heads), static_cast<int32_t>(kv_heads),
+                                            static_cast<int32_t>(block_size), static_cast<int32_t>(window), k_cache,
+                                            v_cache, out);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+// Eight warps of two m-tiles each (256 rows: a whole 64-query tile of a
+// GQA group of 4) over 32-key tiles in two stages. Against the first design
+// (four warps of one m-tile, 64-key tiles) at 4,096 tokens on an H200: 0.764
+// against 1.019 ms a layer; a third stage, or eight warps of one m-tile,
+// gained less (docs/BENCHMARKS.md).
+constexpr int kWarps = 8, kStages = 2, kMTiles = 2, kKeys = 32;
 
 template <typename T, int kHeadDim>
 void launch(const T* qkv, const int32_t* positions, const int32_t* tile_seq, const int32_t* tile_first,
             const int32_t* tile_count, int64_t num_tiles, const int32_t* block_tables, int32_t max_blocks_per_seq,
             int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window, const T* k_cache, const T* v_cache,
             T* out, cudaStream_t stream) {
-  auto kernel = prefill_attention_mma_kernel<T, kHeadDim>;
-  constexpr int bytes = shared_bytes<kHeadDim>();
-  // Above 48 KiB of dynamic shared memory a kernel must opt in (per device, so every launch says it).
-  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads),
-                  static_cast<unsigned>(heads / kv_heads));
-  kernel<<<grid, kThreads, bytes, stream>>>(qkv, positions, tile_seq, tile_first, tile_count,
-                                            static_cast<int32_t>(num_tiles), block_tables, max_blocks_per_seq,
-                                            static_cast<int32_t>(heads), static_cast<int32_t>(kv_heads),
-                                            static_cast<int32_t>(block_size), static_cast<int32_t>(window), k_cache,
-                                            v_cache, out);
-  TESSERA_CUDA_CHECK_LAUNCH();
+  launch_config<T, kHeadDim, kWarps, kStages, kMTiles, kKeys>(qkv, positions, tile_seq, tile_first, tile_count,
+                                                               num_tiles, block_tables, max_blocks_per_seq, heads,
+                                                               kv_heads, block_size, window, k_cache, v_cache, out,
+                                                               stream);
 }
 
 // Asked once per device (every forward's layers launch through here).
@@ -351,7 +401,7 @@ int image_arch() {
   }
   cudaFuncAttributes attributes{};
   int arch = -1;
-  if (cudaFuncGetAttributes(&attributes, prefill_attention_mma_kernel<T, kHeadDim>) == cudaSuccess) {
+  if (cudaFuncGetAttributes(&attributes, prefill_attention_mma_kernel<T, kHeadDim, kWarps, kStages, kMTiles, kKeys>) == cudaSuccess) {
     arch = std::min(attributes.ptxVersion, attributes.binaryVersion);
   } else {
     cudaGetLastError();  // no image for this device: not sticky, and the caller falls back
