@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <vector>
 
 #include "../compare.h"
 #include "backend/backend.h"
@@ -129,10 +130,10 @@ TEST_P(CudaDecodeAttention, BackendMatchesTheCpuKernel) {
 
 template <typename T>
 void launch(const void* qkv, const int32_t* positions, const int32_t* tables, const AttentionBatch& b, const Case& c,
-            cuda::DecodeSplits splits, const void* k, const void* v, float* partial, void* out) {
+            cuda::DecodeSplits splits, const void* k, const void* v, float* partial, int32_t* arrivals, void* out) {
   cuda::launch_decode_attention<T>(static_cast<const T*>(qkv), positions, tables, b.max_blocks_per_seq, b.num_seqs(),
                                    c.heads, c.kv_heads, c.head_dim, c.block_size, c.window, splits,
-                                   static_cast<const T*>(k), static_cast<const T*>(v), partial, static_cast<T*>(out),
+                                   static_cast<const T*>(k), static_cast<const T*>(v), partial, arrivals, static_cast<T*>(out),
                                    nullptr);
 }
 
@@ -150,22 +151,36 @@ TEST_P(CudaDecodeAttention, ForcedSplitsIncludingEmptyOnesMatchTheCpuKernel) {
     ASSERT_EQ(cudaMalloc(&tables, b.block_tables.size() * 4), cudaSuccess);
     cudaMemcpy(positions, b.positions.data(), b.positions.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(tables, b.block_tables.data(), b.block_tables.size() * 4, cudaMemcpyHostToDevice);
-    // One split covering everything (direct output), and 16-position splits reaching twice past the longest.
-    for (cuda::DecodeSplits splits : {cuda::DecodeSplits{longest, 1}, cuda::DecodeSplits{16, (2 * longest + 15) / 16}}) {
+    // One split covering everything (direct output), and as many splits as a
+    // launch may have (pieces of 32 positions, most of them empty for the
+    // shorter sequences), launched twice on the same arrival counters: the
+    // second launch finds them zeroed by the first.
+    for (cuda::DecodeSplits splits : {cuda::DecodeSplits{longest, 1}, cuda::DecodeSplits{32, 128}}) {
       float* partial = nullptr;
+      int32_t* arrivals = nullptr;
       const size_t floats = b.num_seqs() * c.heads * splits.num_splits * (c.head_dim + 1);
+      const size_t counters = static_cast<size_t>(cuda::decode_arrival_counters(b.num_seqs(), c.heads, c.kv_heads));
       ASSERT_EQ(cudaMalloc(&partial, floats * 4), cudaSuccess);
-      Tensor out = Tensor::empty(s.expected.shape(), dtype_, cuda_->allocator());
-      cuda_->synchronize();
-      if (dtype_ == DType::kF32) launch<float>(qkv.raw_data(), positions, tables, b, c, splits, k.raw_data(), v.raw_data(), partial, out.raw_data());
-      if (dtype_ == DType::kF16) launch<__half>(qkv.raw_data(), positions, tables, b, c, splits, k.raw_data(), v.raw_data(), partial, out.raw_data());
-      if (dtype_ == DType::kBF16) launch<__nv_bfloat16>(qkv.raw_data(), positions, tables, b, c, splits, k.raw_data(), v.raw_data(), partial, out.raw_data());
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      Tensor got = cuda_->to_host_f32(out);
-      auto cmp = testing::compare(got.data<float>(), s.expected.data<float>(), static_cast<size_t>(got.numel()));
-      EXPECT_TRUE(close_enough(cmp, dtype_)) << name(c) << " splits " << splits.num_splits << " x "
-                                             << splits.tokens_per_split << ": " << cmp.describe();
+      ASSERT_EQ(cudaMalloc(&arrivals, counters * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemset(arrivals, 0, counters * 4), cudaSuccess);
+      for (int launch_index = 0; launch_index < 2; ++launch_index) {
+        Tensor out = Tensor::empty(s.expected.shape(), dtype_, cuda_->allocator());
+        cuda_->synchronize();
+        if (dtype_ == DType::kF32) launch<float>(qkv.raw_data(), positions, tables, b, c, splits, k.raw_data(), v.raw_data(), partial, arrivals, out.raw_data());
+        if (dtype_ == DType::kF16) launch<__half>(qkv.raw_data(), positions, tables, b, c, splits, k.raw_data(), v.raw_data(), partial, arrivals, out.raw_data());
+        if (dtype_ == DType::kBF16) launch<__nv_bfloat16>(qkv.raw_data(), positions, tables, b, c, splits, k.raw_data(), v.raw_data(), partial, arrivals, out.raw_data());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        Tensor got = cuda_->to_host_f32(out);
+        auto cmp = testing::compare(got.data<float>(), s.expected.data<float>(), static_cast<size_t>(got.numel()));
+        EXPECT_TRUE(close_enough(cmp, dtype_)) << name(c) << " splits " << splits.num_splits << ", launch "
+                                               << launch_index << ": " << cmp.describe();
+      }
+      std::vector<int32_t> left(counters, -1);
+      cudaMemcpy(left.data(), arrivals, counters * 4, cudaMemcpyDeviceToHost);
+      EXPECT_EQ(std::count(left.begin(), left.end(), 0), static_cast<std::ptrdiff_t>(counters))
+          << name(c) << ": arrival counters left non-zero";
       cudaFree(partial);
+      cudaFree(arrivals);
     }
     cudaFree(positions);
     cudaFree(tables);

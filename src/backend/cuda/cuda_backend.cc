@@ -694,20 +694,30 @@ class CudaBackend final : public Backend {
     const int64_t context = graph_shapes_ ? int64_t{batch.max_blocks_per_seq} * block_size : decode_max_context_;
     const cuda::DecodeSplits splits = cuda::plan_decode_splits(seqs, num_heads, kv_heads, context, multiprocessors_);
     float* partial = nullptr;
+    int32_t* arrivals = nullptr;
     if (splits.num_splits > 1) {
       const int64_t floats = seqs * num_heads * splits.num_splits * (head_dim + 1);
       if (!decode_partial_.defined() || decode_partial_.numel() < floats) {
         decode_partial_ = Tensor::empty({floats}, DType::kF32, *allocator_);
         ++graph_generation_;
       }
+      const int64_t counters = cuda::decode_arrival_counters(seqs, num_heads, kv_heads);
+      if (!decode_arrivals_.defined() || decode_arrivals_.numel() < counters) {
+        decode_arrivals_ = Tensor::empty({counters}, DType::kI32, *allocator_);
+        // Zero once: every launch leaves its counters zero again.
+        TESSERA_CUDA_CHECK(cudaMemsetAsync(decode_arrivals_.raw_data(), 0, counters * sizeof(int32_t), stream_));
+        ++graph_generation_;
+      }
       partial = ptr<float>(decode_partial_);
+      arrivals = ptr<int32_t>(decode_arrivals_);
     }
-    if (staging_) return;  // the partial buffer is sized: a recording that follows finds it in place
+    if (staging_) return;  // the buffers are sized: a recording that follows finds them in place
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       cuda::launch_decode_attention<T>(ptr<T>(qkv), positions_, block_tables_, batch.max_blocks_per_seq, seqs,
                                        num_heads, kv_heads, head_dim, block_size, batch.sliding_window, splits,
-                                       ptr<T>(cache.keys), ptr<T>(cache.values), partial, ptr<T>(out), stream_);
+                                       ptr<T>(cache.keys), ptr<T>(cache.values), partial, arrivals, ptr<T>(out),
+                                       stream_);
     });
   }
 
@@ -751,6 +761,7 @@ class CudaBackend final : public Backend {
   bool fuse_inputs_ = true;  // TESSERA_FUSED_INPUT=0: norms and SiLU·mul by their own ops (comparisons)  // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
   std::map<W4Key, size_t> w4_choice_;  // per 4-bit shape: the candidate w4_choice picked
   Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
+  Tensor decode_arrivals_;             // decode attention's arrival counters (int32, zero between launches)
   bool capturing_ = false;             // the stream records a graph: no uploads
   bool staging_ = false;               // uploads only, no kernels (before a replay)
   bool graph_shapes_ = false;          // recording or staging: plan as graphs do

@@ -6,20 +6,26 @@
 //   - GQA-aware: one thread block serves all query heads of one KV head (up to
 //     8; larger groups take several blocks), so each K/V row is read once per
 //     group rather than once per query head;
-//   - split-K: the key range is cut into `num_splits` pieces of
-//     `tokens_per_split` positions, one thread block each (grid: splits ×
-//     KV-head chunks × sequences), so one long sequence fills the GPU too;
+//   - split-K: each sequence's key range is cut into up to `num_splits` even
+//     pieces of at least kMinSplit positions, one thread block each (grid:
+//     splits × KV-head chunks × sequences), so one long sequence fills the GPU
+//     too. The pieces follow the length the kernel reads, not the launch: a
+//     graph recorded for the longest context a block table holds still spreads
+//     a short context over several blocks instead of giving it to one;
 //   - inside a block, lanes form row groups of kLanes lanes, each lane holding
 //     kPerLane elements of a K/V row (one or two 16-byte loads); a warp covers
 //     32 / kLanes positions per step, four warps interleave, each row group
 //     keeps an online softmax (max, sum, weighted V) per query head; the
 //     loads of four steps are issued together;
-//   - the row groups' states merge through shared memory; with one split the
-//     block writes the output, otherwise each split writes its normalised
-//     output and log-sum-exp (f32) and a combine kernel weighs them.
+//   - the row groups' states merge through shared memory; a sequence of one
+//     piece has its output written by that block, otherwise each piece writes
+//     its normalised output and log-sum-exp (f32), counts itself in
+//     `arrivals`, and the block that arrives last weighs every piece and
+//     writes the output (then zeroes its counter for the next launch): no
+//     second kernel waits on the first.
 // Every length is read from device memory (positions), never from the launch,
-// so a captured CUDA graph stays right while sequences grow: splits past a
-// sequence's range write an empty state (lse = -inf) and weigh nothing.
+// so a captured CUDA graph stays right while sequences grow: blocks past a
+// sequence's pieces return at once.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -35,7 +41,9 @@ namespace tessera::backend::cuda {
 namespace {
 
 constexpr int kDecodeWarps = 4;
-constexpr int kMaxGroup = 8;  // query heads per thread block
+constexpr int kMaxGroup = 8;   // query heads per thread block
+constexpr int kMinSplit = 32;  // positions a piece takes at least
+constexpr int kMaxSplits = 128;
 
 constexpr int pow2_ceil(int v) {
   int p = 1;
@@ -62,16 +70,25 @@ __device__ __forceinline__ void key_range(const int32_t* positions, int64_t seq,
   first = window > 0 ? max(0, last - window + 1) : 0;
 }
 
+// Positions per piece for a range of `length` cut into at most `num_splits`
+// pieces: even, a multiple of 16, at least kMinSplit.
+__device__ __forceinline__ int32_t piece_length(int32_t length, int num_splits) {
+  const int32_t even = (length + num_splits - 1) / num_splits;
+  return max(kMinSplit, (even + 15) / 16 * 16);
+}
+
 // grid (num_splits, kv_heads * chunks_per_group, num_seqs), block kDecodeWarps warps.
-// partial [num_seqs, heads, num_splits, head_dim + 1]: normalised output, then lse.
+// partial [num_seqs, heads, num_splits, head_dim + 1]: normalised output, then lse;
+// arrivals [num_seqs, kv_heads * chunks_per_group], zero between launches.
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions,
                             const int32_t* __restrict__ block_tables, int32_t max_blocks_per_seq, int heads,
-                            int kv_heads, int block_size, int window, int tokens_per_split,
-                            const T* __restrict__ k_cache, const T* __restrict__ v_cache, float* __restrict__ partial,
-                            T* __restrict__ out) {
+                            int kv_heads, int block_size, int window, const T* __restrict__ k_cache,
+                            const T* __restrict__ v_cache, float* partial, int32_t* arrivals,
+                            T* __restrict__ out, bool early) {
   wait_for_previous_kernel();
+  if (early) allow_next_kernel();  // few blocks: the next GEMV's can load weights beside them
   using L = Layout<T, kHeadDim>;
   const int split = blockIdx.x, num_splits = gridDim.x;
   const int group = heads / kv_heads;
@@ -85,8 +102,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int row_group = warp * L::kRowsPerWarp + row_in_warp;
   int32_t first, last;
   key_range(positions, seq, window, first, last);
-  const int32_t begin = first + split * tokens_per_split;
-  const int32_t end = min(last + 1, begin + tokens_per_split);
+  const int32_t piece = piece_length(last - first + 1, num_splits);
+  const int used = (last - first + piece) / piece;  // pieces of this sequence
+  if (split >= used) return;  // the same for the whole block
+  const int32_t begin = first + split * piece;
+  const int32_t end = min(last + 1, begin + piece);
   const int32_t* table = block_tables + seq * max_blocks_per_seq;
   const int64_t qkv_size = int64_t(heads + 2 * kv_heads) * kHeadDim;
 
@@ -197,7 +217,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       value += acc_shared[r][g][d] * w;
     }
     const int64_t head = head0 + g;
-    if (out != nullptr) {  // one split: this block has the whole range
+    if (used == 1) {  // this block has the whole range
       out[(seq * heads + head) * kHeadDim + d] = from_float<T>(value / l_all);
     } else {
       float* slot = partial + ((seq * heads + head) * num_splits + split) * (kHeadDim + 1);
@@ -205,57 +225,74 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       if (d == 0) slot[kHeadDim] = l_all > 0.0f ? m_all + __logf(l_all) : -INFINITY;
     }
   }
-}
+  if (used == 1) return;
 
-// grid (heads, num_seqs): out = Σ_s exp(lse_s - max) · o_s / Σ_s exp(lse_s - max) over the used splits.
-template <typename T>
-__global__ void decode_combine_kernel(const float* __restrict__ partial, const int32_t* __restrict__ positions,
-                                      int heads, int head_dim, int window, int tokens_per_split, int num_splits,
-                                      T* __restrict__ out) {
-  wait_for_previous_kernel();
-  const int64_t head = blockIdx.x, seq = blockIdx.y;
-  int32_t first, last;
-  key_range(positions, seq, window, first, last);
-  const int used = min(num_splits, (last - first + tokens_per_split) / tokens_per_split);
-  const float* slots = partial + (seq * heads + head) * num_splits * int64_t(head_dim + 1);
-  float lse_max = -INFINITY;
-  for (int s = 0; s < used; ++s) lse_max = fmaxf(lse_max, slots[s * (head_dim + 1) + head_dim]);
-  float total = 0.0f;
-  for (int s = 0; s < used; ++s) total += __expf(slots[s * (head_dim + 1) + head_dim] - lse_max);
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float value = 0.0f;
+  // The last piece to arrive weighs them all (the threadfence-reduction
+  // pattern: each block's slots are visible device-wide before it counts).
+  __shared__ bool last_to_arrive;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    int32_t* counter = arrivals + seq * gridDim.y + blockIdx.y;
+    last_to_arrive = atomicAdd(counter, 1) == used - 1;
+    if (last_to_arrive) *counter = 0;  // every piece has counted: ready for the next launch
+  }
+  __syncthreads();
+  if (!last_to_arrive) return;
+  __threadfence();
+  __shared__ float weight_shared[kMaxGroup][kMaxSplits];
+  __shared__ float total_shared[kMaxGroup];
+  for (int i = threadIdx.x; i < count * used; i += blockDim.x) {
+    const int g = i / used, s = i % used;
+    weight_shared[g][s] = __ldcg(partial + ((seq * heads + head0 + g) * num_splits + s) * (kHeadDim + 1) + kHeadDim);
+  }
+  __syncthreads();
+  if (threadIdx.x < count) {
+    const int g = threadIdx.x;
+    float lse_max = -INFINITY;
+    for (int s = 0; s < used; ++s) lse_max = fmaxf(lse_max, weight_shared[g][s]);
+    float total = 0.0f;
     for (int s = 0; s < used; ++s) {
-      const float* slot = slots + s * (head_dim + 1);
-      value += __expf(slot[head_dim] - lse_max) * slot[d];
+      const float w = weight_shared[g][s] == -INFINITY ? 0.0f : __expf(weight_shared[g][s] - lse_max);
+      weight_shared[g][s] = w;
+      total += w;
     }
-    out[(seq * heads + head) * head_dim + d] = from_float<T>(value / total);
+    total_shared[g] = total;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < count * kHeadDim; i += blockDim.x) {
+    const int g = i / kHeadDim, d = i % kHeadDim;
+    const float* slots = partial + (seq * heads + head0 + g) * num_splits * int64_t(kHeadDim + 1);
+    float value = 0.0f;
+    for (int s = 0; s < used; ++s) value += weight_shared[g][s] * __ldcg(slots + s * (kHeadDim + 1) + d);
+    out[(seq * heads + head0 + g) * kHeadDim + d] = from_float<T>(value / total_shared[g]);
   }
 }
 
 template <typename T, int kHeadDim>
 void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_tables, int32_t max_blocks_per_seq,
                   int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window,
-                  int64_t tokens_per_split, int64_t num_splits, const T* k_cache, const T* v_cache, float* partial,
-                  T* out, cudaStream_t stream) {
+                  int64_t num_splits, const T* k_cache, const T* v_cache, float* partial, int32_t* arrivals, T* out,
+                  cudaStream_t stream) {
   const int64_t group = heads / kv_heads;
   const int64_t chunks_per_group = (group + kMaxGroup - 1) / kMaxGroup;
   const dim3 grid(static_cast<unsigned>(num_splits), static_cast<unsigned>(kv_heads * chunks_per_group),
                   static_cast<unsigned>(num_seqs));
   launch_after(decode_attention_kernel<T, kHeadDim>, grid, kDecodeWarps * 32, 0, stream,
       qkv, positions, block_tables, max_blocks_per_seq, static_cast<int>(heads), static_cast<int>(kv_heads),
-      static_cast<int>(block_size), static_cast<int>(window), static_cast<int>(tokens_per_split), k_cache, v_cache,
-      partial, num_splits == 1 ? out : nullptr);
+      static_cast<int>(block_size), static_cast<int>(window), k_cache, v_cache, partial, arrivals, out,
+      early_successor_launch() && programmatic_launch_enabled());
 }
 
 }  // namespace
 
 DecodeSplits plan_decode_splits(int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t max_context,
                                 int64_t multiprocessors) {
-  constexpr int64_t kMinTokensPerSplit = 32, kMaxSplits = 128;
+  constexpr int64_t kMinTokensPerSplit = kMinSplit;
   const int64_t group = heads / kv_heads;
   const int64_t blocks = num_seqs * kv_heads * ((group + kMaxGroup - 1) / kMaxGroup);
   const int64_t wanted = (2 * multiprocessors + blocks - 1) / blocks;  // two blocks per SM
-  const int64_t most = std::max<int64_t>(1, std::min(kMaxSplits, (max_context + kMinTokensPerSplit - 1) / kMinTokensPerSplit));
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (max_context + kMinTokensPerSplit - 1) / kMinTokensPerSplit));
   const int64_t splits = std::clamp<int64_t>(wanted, 1, most);
   DecodeSplits plan;
   plan.tokens_per_split = (max_context + splits - 1) / splits;
@@ -264,19 +301,27 @@ DecodeSplits plan_decode_splits(int64_t num_seqs, int64_t heads, int64_t kv_head
   return plan;
 }
 
+int64_t decode_arrival_counters(int64_t num_seqs, int64_t heads, int64_t kv_heads) {
+  return num_seqs * kv_heads * ((heads / kv_heads + kMaxGroup - 1) / kMaxGroup);
+}
+
 template <typename T>
 void launch_decode_attention(const T* qkv, const int32_t* positions, const int32_t* block_tables,
                              int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, int64_t block_size, int64_t window, const DecodeSplits& splits,
-                             const T* k_cache, const T* v_cache, float* partial, T* out, cudaStream_t stream) {
+                             const T* k_cache, const T* v_cache, float* partial, int32_t* arrivals, T* out,
+                             cudaStream_t stream) {
   if (num_seqs == 0) return;
-  if (splits.num_splits > 1 && partial == nullptr) {
-    throw Error(ErrorKind::kInternal, "decode attention: several splits need a partial buffer");
+  if (splits.num_splits > 1 && (partial == nullptr || arrivals == nullptr)) {
+    throw Error(ErrorKind::kInternal, "decode attention: several splits need a partial buffer and arrival counters");
+  }
+  if (splits.num_splits > kMaxSplits) {
+    throw Error(ErrorKind::kInternal, "decode attention: at most " + std::to_string(kMaxSplits) + " splits");
   }
 #define TESSERA_DECODE_CASE(D)                                                                                    \
   case D:                                                                                                         \
     launch_split<T, D>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads, block_size,   \
-                       window, splits.tokens_per_split, splits.num_splits, k_cache, v_cache, partial, out, stream); \
+                       window, splits.num_splits, k_cache, v_cache, partial, arrivals, out, stream);              \
     break;
   switch (head_dim) {
     TESSERA_DECODE_CASE(8)
@@ -292,20 +337,12 @@ void launch_decode_attention(const T* qkv, const int32_t* positions, const int32
   }
 #undef TESSERA_DECODE_CASE
   TESSERA_CUDA_CHECK_LAUNCH();
-  if (splits.num_splits > 1) {
-    const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(num_seqs));
-    launch_after(decode_combine_kernel<T>, grid, 128, 0, stream, partial, positions, static_cast<int>(heads),
-                                                       static_cast<int>(head_dim), static_cast<int>(window),
-                                                       static_cast<int>(splits.tokens_per_split),
-                                                       static_cast<int>(splits.num_splits), out);
-    TESSERA_CUDA_CHECK_LAUNCH();
-  }
 }
 
 #define INSTANTIATE(T)                                                                                               \
   template void launch_decode_attention<T>(const T*, const int32_t*, const int32_t*, int32_t, int64_t, int64_t,     \
                                            int64_t, int64_t, int64_t, int64_t, const DecodeSplits&, const T*,        \
-                                           const T*, float*, T*, cudaStream_t);
+                                           const T*, float*, int32_t*, T*, cudaStream_t);
 TESSERA_FOR_EACH_CUDA_TYPE(INSTANTIATE)
 #undef INSTANTIATE
 

@@ -62,12 +62,16 @@ __device__ __forceinline__ float dot8(const uint4& x, const uint4& w) {
 template <typename T, typename TOut, int kM, int kR, FusedInput kInput>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, TOut* __restrict__ y, int m, int64_t n, int64_t k,
-                const T* __restrict__ norm_weight, float eps, const T* __restrict__ bias, bool accumulate) {
-  wait_for_previous_kernel();
+                const T* __restrict__ norm_weight, float eps, const T* __restrict__ bias, bool accumulate,
+                bool early) {
+  if (!early) wait_for_previous_kernel();
   constexpr int kUnroll = 8 / kR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t first = (int64_t(blockIdx.x) * kGemvWarps + warp) * kR;
-  if (first >= n) return;
+  if (first >= n) {
+    if (early) wait_for_previous_kernel();
+    return;
+  }
   const int64_t chunks = k / 8;
   const int64_t x_row_chunks = kInput == FusedInput::kSiluMul ? 2 * chunks : chunks;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
@@ -86,14 +90,21 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     for (int r = 0; r < kR; ++r) acc[i][r] = 0.0f;
   }
 
-  for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
-    uint4 wr[kUnroll][kR];
+  uint4 wr[kUnroll][kR];
+  auto load_weights = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + 32 * u;
 #pragma unroll
       for (int r = 0; r < kR; ++r) wr[u][r] = c < chunks ? __ldcs(wv[r] + c) : make_uint4(0, 0, 0, 0);
     }
+  };
+  // No kernel before this one writes the weights: with `early` their first
+  // loads are in flight while the previous kernel finishes.
+  load_weights(lane);
+  if (early) wait_for_previous_kernel();
+  for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
+    if (base != lane) load_weights(base);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + 32 * u;
@@ -132,6 +143,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       }
     }
   }
+  if (early) allow_next_kernel();
 #pragma unroll
   for (int i = 0; i < kM; ++i) {
     if (i >= m) break;
@@ -162,7 +174,7 @@ void launch_rows(const T* x, const T* w, TOut* y, int64_t m, int64_t n, int64_t 
   const T* bias = static_cast<const T*>(f.bias);
 #define TESSERA_GEMV_M(M)                                                                                   \
   launch_after(gemv_kernel<T, TOut, M, kR, kInput>, grid, kGemvWarps * 32, 0, stream, x, w, y, mm, n, k, g, \
-               f.eps, bias, f.accumulate)
+               f.eps, bias, f.accumulate, early_successor_launch() && programmatic_launch_enabled())
   if (m == 1) TESSERA_GEMV_M(1);
   else if (m == 2) TESSERA_GEMV_M(2);
   else if (m <= 4) TESSERA_GEMV_M(4);

@@ -50,11 +50,13 @@ void launch_paged_attention(const T* qkv, const int32_t* positions, const int32_
                             int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window, const T* k_cache,
                             const T* v_cache, T* out, cudaStream_t stream);
 
-// How a decode step's key ranges are cut for launch_decode_attention:
-// num_splits × tokens_per_split must cover every sequence's key range.
+// How many pieces a decode step's key ranges may be cut into. The kernel cuts
+// each sequence's range itself, from the length it reads on the device, into
+// at most num_splits even pieces of at least 32 positions; tokens_per_split is
+// the piece of the range the plan was made for (max_context).
 struct DecodeSplits {
   int64_t tokens_per_split = 0;
-  int64_t num_splits = 1;
+  int64_t num_splits = 1;  // at most 128
 };
 
 // Enough splits for about two thread blocks per multiprocessor (at least 32
@@ -62,17 +64,23 @@ struct DecodeSplits {
 DecodeSplits plan_decode_splits(int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t max_context,
                                 int64_t multiprocessors);
 
+// int32 counters launch_decode_attention needs for `num_seqs` sequences
+// (zeroed once when allocated; every launch leaves them zero).
+int64_t decode_arrival_counters(int64_t num_seqs, int64_t heads, int64_t kv_heads);
+
 // Split-K paged attention for a step of decode tokens only: sequence s has one
 // new token, token s, at positions[s] (so token_seq is the identity). Same
 // result as launch_paged_attention; one thread block reads a KV head's rows
 // once for all its query heads (decode_attention.cu says how).
 //   qkv [num_seqs, qkv_size]; out [num_seqs, heads * head_dim]
-//   partial [num_seqs, heads, num_splits, head_dim + 1] f32 (unused with one split)
+//   partial [num_seqs, heads, num_splits, head_dim + 1] f32 and
+//   arrivals [decode_arrival_counters(...)] int32 (both unused with one split)
 template <typename T>
 void launch_decode_attention(const T* qkv, const int32_t* positions, const int32_t* block_tables,
                              int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, int64_t block_size, int64_t window, const DecodeSplits& splits,
-                             const T* k_cache, const T* v_cache, float* partial, T* out, cudaStream_t stream);
+                             const T* k_cache, const T* v_cache, float* partial, int32_t* arrivals, T* out,
+                             cudaStream_t stream);
 
 // The same attention for prefill chunks: query tiles of up to 64 consecutive new
 // tokens of one sequence (tile_seq/tile_first/tile_count [num_tiles]) share

@@ -9,6 +9,14 @@
 
 namespace tessera::backend::cuda {
 
+bool early_successor_launch() {
+  static const bool on = [] {
+    const char* setting = std::getenv("TESSERA_PDL_EARLY");
+    return !(setting && std::strcmp(setting, "0") == 0);
+  }();
+  return on;
+}
+
 bool programmatic_launch_enabled() {
   static const bool allowed = [] {
     const char* setting = std::getenv("TESSERA_PDL");

@@ -3,15 +3,18 @@
 // launched. A kernel launched with launch_after() is launched while the
 // previous kernel of its stream is still running and waits for that kernel's
 // results (completion and memory) at wait_for_previous_kernel(), which every
-// such kernel calls before it reads or writes anything. No kernel triggers its
-// successor early (griddepcontrol.launch_dependents): on the H200 that was
-// slower for 4-bit decode (3.03 against 2.95 ms a step), the waiting blocks
-// taking room the running ones need; the launch alone gives 2.91-2.95
-// against 2.96-3.06 ms, and nothing measurable in bf16 (docs/BENCHMARKS.md).
-// Where
-// the device or the loaded kernel image is older than sm_90 (a compute_75 PTX
-// build JIT-compiled on a Hopper lacks the wait instruction), or
-// TESSERA_PDL=0, launch_after() is a plain launch and the wait a no-op.
+// such kernel calls before it reads anything a predecessor writes. The
+// decode-step kernels with spare room let their successor launch early
+// (allow_next_kernel): decode attention and RoPE at their start (they use few
+// SMs), the GEMV after its weight loop; and the GEMV issues its first weight
+// loads (which no kernel writes) before it waits, so they are in flight while
+// the previous kernel finishes. Triggering at the start of every kernel, with
+// nothing to do before the wait, was slower for 4-bit decode (3.03 against
+// 2.95 ms a step): the waiting blocks took room the running ones needed.
+// Where the device or the loaded kernel image is older than sm_90 (a
+// compute_75 PTX build JIT-compiled on a Hopper lacks the wait instruction),
+// or TESSERA_PDL=0, launch_after() is a plain launch and the wait a no-op;
+// TESSERA_PDL_EARLY=0 keeps the launch but drops the early triggers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,5 +49,18 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+
+// Lets the next kernel of the stream be launched once every block of this one
+// has called it (or exited); the next kernel still waits for this one's
+// results at wait_for_previous_kernel().
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Unless TESSERA_PDL_EARLY=0: GEMVs load their first weights before they
+// wait, and the kernels above let their successors launch early.
+bool early_successor_launch();
 
 }  // namespace tessera::backend::cuda

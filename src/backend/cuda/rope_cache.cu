@@ -16,8 +16,9 @@ template <typename T>
 __global__ void rope_cache_kernel(T* qkv, const int32_t* positions, const int32_t* token_seq, const float* inv_freq,
                                   float scaling, const int32_t* block_tables, int32_t max_blocks_per_seq,
                                   int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block_size, T* k_cache,
-                                  T* v_cache) {
+                                  T* v_cache, bool early) {
   wait_for_previous_kernel();
+  if (early) allow_next_kernel();
   const int64_t t = blockIdx.x;
   const int64_t half = head_dim / 2;
   const int64_t qkv_size = (heads + 2 * kv_heads) * head_dim;
@@ -71,7 +72,8 @@ void launch_rope_cache_write(T* qkv, const int32_t* positions, const int32_t* to
   launch_after(rope_cache_kernel<T>, grid, kThreads, 0, stream, qkv, positions, token_seq, inv_freq, scaling,
                                                                       block_tables, max_blocks_per_seq, heads,
                                                                       kv_heads, head_dim, block_size, k_cache,
-                                                                      v_cache);
+                                                                      v_cache,
+                                                                      early_successor_launch() && programmatic_launch_enabled());
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
