@@ -109,11 +109,14 @@ TEST_P(CudaVsCpu, LinearSiluMulAdd) {
     cuda_->linear(on_gpu(x), on_gpu(w), Tensor(), gpu_f32);
     expect_close(gpu_f32, cpu_out, "linear f32 out");
   }
-  Tensor gu = random({5, 2 * 77}, 9, 3.0f);
-  Tensor cpu_out = Tensor::empty({5, 77}, DType::kF32), gpu_out = gpu_empty({5, 77});
-  cpu_->silu_mul(gu, cpu_out);
-  cuda_->silu_mul(on_gpu(gu), gpu_out);
-  expect_close(gpu_out, cpu_out, "silu_mul");
+  // 77 takes the scalar kernel, 96 and 1024 the 16-byte one.
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{5, 77}, {5, 96}, {3, 1024}}) {
+    Tensor gu = random({rows, 2 * width}, 9, 3.0f);
+    Tensor cpu_out = Tensor::empty({rows, width}, DType::kF32), gpu_out = gpu_empty({rows, width});
+    cpu_->silu_mul(gu, cpu_out);
+    cuda_->silu_mul(on_gpu(gu), gpu_out);
+    expect_close(gpu_out, cpu_out, "silu_mul width " + std::to_string(width));
+  }
   Tensor a = random({3, 50}, 10), b = random({3, 50}, 11);
   Tensor cpu_a = a.to_f32(), gpu_a = on_gpu(a);
   cpu_->add(cpu_a, b);

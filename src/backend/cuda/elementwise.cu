@@ -1,6 +1,8 @@
 // Memory-bound element-wise kernels: embedding gather, SiLU·mul, adds, row
 // gather and the f32 conversion of logits. Grid-stride loops; one thread per
 // element, which already saturates bandwidth for these shapes.
+#include <cstdint>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
@@ -34,6 +36,30 @@ __global__ void silu_mul_kernel(const T* gate_up, int64_t n, int64_t inter, T* o
     const float gate = to_float(gate_up[row * 2 * inter + col]);
     const float up = to_float(gate_up[row * 2 * inter + inter + col]);
     out[i] = from_float<T>(gate / (1.0f + __expf(-gate)) * up);
+  }
+}
+
+// The same with 16-byte loads and stores (8 16-bit values or 4 f32 a thread),
+// where every row is whole vectors: one index division per vector, not per
+// element, and whole lines per warp; at a 4,096-token prefill the scalar
+// kernel moved about 1.5 TB/s.
+template <typename T>
+__global__ void silu_mul_vec_kernel(const uint4* gate_up, int64_t n, int64_t row_vectors, uint4* out) {
+  wait_for_previous_kernel();
+  constexpr int kVec = 16 / sizeof(T);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * row_vectors;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / row_vectors, col = i % row_vectors;
+    float gate[kVec], up[kVec];
+    to_floats(gate_up[row * 2 * row_vectors + col], gate, T{});
+    to_floats(gate_up[row * 2 * row_vectors + row_vectors + col], up, T{});
+    union {
+      uint4 vector;
+      T values[kVec];
+    } result;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) result.values[e] = from_float<T>(gate[e] / (1.0f + __expf(-gate[e])) * up[e]);
+    out[i] = result.vector;
   }
 }
 
@@ -81,7 +107,14 @@ void launch_embedding(const T* table, int64_t hidden, const int32_t* ids, int64_
 template <typename T>
 void launch_silu_mul(const T* gate_up, int64_t n, int64_t inter, T* out, cudaStream_t stream) {
   if (n == 0) return;
-  launch_after(silu_mul_kernel<T>, blocks_for(n * inter), kThreads, 0, stream, gate_up, n, inter, out);
+  constexpr int64_t kVec = 16 / sizeof(T);
+  const bool aligned = reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  if (aligned && inter % kVec == 0) {
+    launch_after(silu_mul_vec_kernel<T>, blocks_for(n * inter / kVec), kThreads, 0, stream,
+                 reinterpret_cast<const uint4*>(gate_up), n, inter / kVec, reinterpret_cast<uint4*>(out));
+  } else {
+    launch_after(silu_mul_kernel<T>, blocks_for(n * inter), kThreads, 0, stream, gate_up, n, inter, out);
+  }
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
