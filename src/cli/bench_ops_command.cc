@@ -44,6 +44,7 @@ struct BenchOpsArgs {
   int64_t block_size = 64;
   int64_t forward_context = 128;
   bool skip_forward = false;
+  int64_t awq_group_size = 0;  // > 0: the transformer layers' linears are 4-bit (AWQ) in groups of this size
 };
 
 struct Row {
@@ -96,19 +97,31 @@ Tensor device_tensor(Shape shape, DType dtype, backend::Backend& backend, uint32
 
 // y [batch, out] (=|+=) input(x) · w [out, in]ᵀ as a decode step calls it
 // (Backend::fused_linear: the norm or SiLU·mul before it, the residual add
-// after it), over enough weight copies to stream from DRAM.
+// after it), over enough weight copies to stream from DRAM. With
+// `awq_group` > 0 the weight is a random 4-bit one in groups of that size,
+// uploaded as an AWQ checkpoint's would be.
 Row time_linear(backend::Backend& backend, const std::string& name, int64_t batch, int64_t out, int64_t in,
-                DType out_dtype, backend::LinearFusion fusion, int64_t per_step, int repeats) {
+                DType out_dtype, backend::LinearFusion fusion, int64_t per_step, int repeats, int64_t awq_group = 0) {
   const DType dtype = backend.compute_dtype();
-  const double weight_bytes = static_cast<double>(dtype_bytes(dtype, out * in));
-  const int copies = static_cast<int>(std::clamp<double>(std::ceil(256e6 / weight_bytes), 1, 16));
-  Tensor first = device_tensor({out, in}, dtype, backend, 1);
-  std::vector<Tensor> weights = {first};
-  for (int c = 1; c < copies; ++c) {
-    Tensor copy = Tensor::empty({out, in}, dtype, backend.allocator());
-    backend.copy(first, copy);
-    weights.push_back(copy);
+  std::vector<Tensor> weights;
+  std::vector<backend::QuantizedWeight> packed;
+  double weight_bytes = 0;
+  if (awq_group > 0) {
+    const backend::QuantizedWeight host = model::random_quantized_weight(out, in, awq_group, 0.02, 1);
+    weight_bytes = static_cast<double>(host.nbytes());
+    const int copies = static_cast<int>(std::clamp<double>(std::ceil(256e6 / weight_bytes), 1, 16));
+    for (int c = 0; c < copies; ++c) packed.push_back(backend.upload_quantized_weight(host));
+  } else {
+    weight_bytes = static_cast<double>(dtype_bytes(dtype, out * in));
+    const int copies = static_cast<int>(std::clamp<double>(std::ceil(256e6 / weight_bytes), 1, 16));
+    weights.push_back(device_tensor({out, in}, dtype, backend, 1));
+    for (int c = 1; c < copies; ++c) {
+      Tensor copy = Tensor::empty({out, in}, dtype, backend.allocator());
+      backend.copy(weights.front(), copy);
+      weights.push_back(copy);
+    }
   }
+  const size_t copies = awq_group > 0 ? packed.size() : weights.size();
   const bool silu = fusion.input == backend::LinearFusion::Input::kSiluMul;
   Tensor x = device_tensor({batch, silu ? 2 * in : in}, dtype, backend, 2);
   Tensor norm_weight = device_tensor({in}, dtype, backend, 3);
@@ -117,17 +130,25 @@ Row time_linear(backend::Backend& backend, const std::string& name, int64_t batc
   // A residual to add into (the compute dtype), or the output alone.
   Tensor y = fusion.accumulate ? device_tensor({batch, out}, dtype, backend, 4)
                                : Tensor::empty({batch, out}, out_dtype, backend.allocator());
-  backend.fused_linear(x, fusion, first, backend::QuantizedWeight(), Tensor(), y);  // plans and the kernel choice
+  auto call = [&](size_t copy) {
+    if (awq_group > 0) {
+      backend.fused_linear(x, fusion, Tensor(), packed[copy], Tensor(), y);
+    } else {
+      backend.fused_linear(x, fusion, weights[copy], backend::QuantizedWeight(), Tensor(), y);
+    }
+  };
+  call(0);  // plans and the kernel choice
   size_t next = 0;
   const double seconds = backend.time_per_call(
       [&] {
-        backend.fused_linear(x, fusion, weights[next], backend::QuantizedWeight(), Tensor(), y);
-        next = (next + 1) % weights.size();
+        call(next);
+        next = (next + 1) % copies;
       },
       repeats);
   const double bytes = weight_bytes + static_cast<double>(dtype_bytes(dtype, x.numel())) +
                        static_cast<double>(dtype_bytes(out_dtype, batch * out)) * (fusion.accumulate ? 2 : 1);
-  return {name, fmt::format("{}x{} . {}x{}", batch, in, out, in), seconds, bytes, per_step};
+  return {name, fmt::format("{}x{} . {}x{}{}", batch, in, out, in, awq_group > 0 ? " w4" : ""), seconds, bytes,
+          per_step};
 }
 
 // A decode-only batch: `batch` sequences of `context` tokens, the last one new, shuffled blocks.
@@ -182,7 +203,7 @@ void time_attention(backend::Backend& backend, OpTable& table, const model::Mode
 
 // Wall-clock seconds of one decode step through Transformer::forward (logits on the host).
 double time_forward(backend::Backend& backend, const model::ModelSpec& spec, const BenchOpsArgs& args) {
-  auto model = model::make_random_transformer(spec, backend, 1);
+  auto model = model::make_random_transformer(spec, backend, 1, args.awq_group_size);
   const int64_t context = args.forward_context;
   model::ForwardBatch batch;
   batch.attention = decode_batch(args.batch, context, args.block_size);
@@ -275,13 +296,20 @@ int run_bench_ops(const BenchOpsArgs& args) {
   std::unique_ptr<backend::Backend> backend =
       device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
   const model::ModelSpec spec = model::random_model_spec(args.random_shape);
+  if (args.awq_group_size > 0 && !backend->supports_quantized_linear()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("bench ops: --awq-group-size needs a backend with 4-bit kernels; {} dequantizes 4-bit "
+                            "weights at load (drop the flag, or use --device cuda)", device.to_string()));
+  }
   const int repeats = static_cast<int>(args.repeats);
 
   // The limit of this run: read + write bytes per second of a large device copy.
   const double bandwidth = measure_copy_bandwidth(*backend);
   const int64_t n = args.batch, h = spec.hidden_size, inter = spec.intermediate_size;
-  fmt::print("ops of one decode step: random {} ({} layers), {} on {}, batch {}\n", args.random_shape,
-             spec.num_layers, dtype_name(dtype), device.to_string(), n);
+  fmt::print("ops of one decode step: random {} ({} layers), {}{} on {}, batch {}\n", args.random_shape,
+             spec.num_layers, dtype_name(dtype),
+             args.awq_group_size > 0 ? fmt::format(", AWQ 4-bit groups of {}", args.awq_group_size) : "",
+             device.to_string(), n);
   fmt::print("copy bandwidth  {:.1f} GB/s (read + write, measured now); %copy is each op's bytes / time against it\n\n",
              bandwidth / 1e9);
 
@@ -290,10 +318,11 @@ int run_bench_ops(const BenchOpsArgs& args) {
   using Input = backend::LinearFusion::Input;
   const backend::LinearFusion normed{Input::kRmsNorm}, added{Input::kAsIs, nullptr, 0.0f, true};
   const backend::LinearFusion gated_added{Input::kSiluMul, nullptr, 0.0f, true};
-  table.add(time_linear(*backend, "qkv (rms_norm in)", n, spec.qkv_size(), h, dtype, normed, layers, repeats));
-  table.add(time_linear(*backend, "o (+= residual)", n, h, spec.q_size(), dtype, added, layers, repeats));
-  table.add(time_linear(*backend, "gate_up (rms_norm in)", n, 2 * inter, h, dtype, normed, layers, repeats));
-  table.add(time_linear(*backend, "down (silu_mul in, +=)", n, h, inter, dtype, gated_added, layers, repeats));
+  const int64_t g = args.awq_group_size;
+  table.add(time_linear(*backend, "qkv (rms_norm in)", n, spec.qkv_size(), h, dtype, normed, layers, repeats, g));
+  table.add(time_linear(*backend, "o (+= residual)", n, h, spec.q_size(), dtype, added, layers, repeats, g));
+  table.add(time_linear(*backend, "gate_up (rms_norm in)", n, 2 * inter, h, dtype, normed, layers, repeats, g));
+  table.add(time_linear(*backend, "down (silu_mul in, +=)", n, h, inter, dtype, gated_added, layers, repeats, g));
   table.add(time_linear(*backend, "lm_head (rms_norm in, f32 out)", n, spec.vocab_size, h, DType::kF32, normed, 1,
                         repeats));
   {
@@ -360,6 +389,10 @@ void add_bench_ops_command(CLI::App& app, Runner& runner) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--forward-context", args->forward_context, "context of the whole-forward timing")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--awq-group-size", args->awq_group_size,
+                  "4-bit (AWQ) linear layers in groups of this many inputs; 0: 16-bit")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 32, 64, 128}));
   cmd->add_flag("--skip-forward", args->skip_forward, "no whole-forward timing (it loads the random model)");
   cmd->callback([&runner, args] { runner = [args] { return run_bench_ops(*args); }; });
 }

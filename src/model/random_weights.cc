@@ -73,6 +73,12 @@ backend::QuantizedWeight random_quantized(int64_t out, int64_t in, int64_t group
 
 }  // namespace
 
+backend::QuantizedWeight random_quantized_weight(int64_t out, int64_t in, int64_t group_size, double stddev,
+                                                 uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return random_quantized(out, in, group_size, stddev, rng);
+}
+
 std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec_in, backend::Backend& backend,
                                                      uint64_t seed, int64_t awq_group_size) {
   ModelSpec spec = spec_in;

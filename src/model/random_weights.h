@@ -19,6 +19,12 @@ namespace tessera::model {
 // heads, intermediate 16384). Throws Error(kInvalidArgument) listing them.
 ModelSpec random_model_spec(const std::string& name);
 
+// A random host 4-bit weight [out, in] (canonical layout) whose values have
+// about `stddev`: q uniform in 0..15 around zero points near 8, one scale per
+// group of `group_size` inputs.
+backend::QuantizedWeight random_quantized_weight(int64_t out, int64_t in, int64_t group_size, double stddev,
+                                                 uint64_t seed);
+
 // With `awq_group_size` > 0 the linear layers are random 4-bit weights in
 // groups of that size (packed on a backend with a 4-bit kernel, dequantized
 // otherwise), as an AWQ checkpoint of the shape would load; the embeddings and
