@@ -106,14 +106,14 @@ Row time_linear(backend::Backend& backend, const std::string& name, int64_t batc
   std::vector<Tensor> weights;
   std::vector<backend::QuantizedWeight> packed;
   double weight_bytes = 0;
+  auto copies_for = [](double bytes) { return static_cast<int>(std::clamp<double>(std::ceil(256e6 / bytes), 1, 16)); };
   if (awq_group > 0) {
     const backend::QuantizedWeight host = model::random_quantized_weight(out, in, awq_group, 0.02, 1);
     weight_bytes = static_cast<double>(host.nbytes());
-    const int copies = static_cast<int>(std::clamp<double>(std::ceil(256e6 / weight_bytes), 1, 16));
-    for (int c = 0; c < copies; ++c) packed.push_back(backend.upload_quantized_weight(host));
+    for (int c = copies_for(weight_bytes); c > 0; --c) packed.push_back(backend.upload_quantized_weight(host));
   } else {
     weight_bytes = static_cast<double>(dtype_bytes(dtype, out * in));
-    const int copies = static_cast<int>(std::clamp<double>(std::ceil(256e6 / weight_bytes), 1, 16));
+    const int copies = copies_for(weight_bytes);
     weights.push_back(device_tensor({out, in}, dtype, backend, 1));
     for (int c = 1; c < copies; ++c) {
       Tensor copy = Tensor::empty({out, in}, dtype, backend.allocator());
