@@ -152,8 +152,8 @@ TEST_P(AwqCudaVsCpu, AFlippedNibbleIsCaught) {
   }
 }
 
-// The tensor-core kernel called directly with each row-warps count (the
-// backend runs only the fastest), on tiled uploads of shapes with k and the
+// The tensor-core kernel called directly with each row-warps count and
+// weight pipeline (the backend runs only the fastest), on tiled uploads of shapes with k and the
 // group multiples of 64 and n not a multiple of 16.
 TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
   if (dtype_ == DType::kF32) GTEST_SKIP() << "f32 activations keep the canonical layout";
@@ -173,7 +173,9 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
       Tensor expected = Tensor::empty({m, s.n}, DType::kF32);
       cpu_->linear(x, dequantize_weight(w), bias, expected);
       Tensor gx = cuda_->upload_weight(x), gbias = cuda_->upload_weight(bias);
-      for (int row_warps : {1, 2, 4, 8}) {
+      for (int variant = 0; variant < 8; ++variant) {
+        const int row_warps = 1 << (variant % 4);
+        const auto pipeline = variant < 4 ? cuda::W4Pipeline::kRegisterBatches : cuda::W4Pipeline::kSharedStages;
         Tensor out = Tensor::empty({m, s.n}, dtype_, cuda_->allocator());
         cuda_->synchronize();  // uploads and the allocation are ordered on the backend's stream
         dispatch_16bit([&](auto tag) {
@@ -182,14 +184,15 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
                                     static_cast<const uint32_t*>(device.qweight.raw_data()),
                                     static_cast<const uint32_t*>(device.scales.raw_data()),
                                     static_cast<const T*>(gbias.raw_data()), m, s.n, s.k, s.group, row_warps,
-                                    static_cast<T*>(out.raw_data()), nullptr);
+                                    pipeline, static_cast<T*>(out.raw_data()), nullptr);
         });
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, which waits for the backend's
         Tensor got = cuda_->to_host_f32(out);
         auto c = testing::compare(got.data<float>(), expected.data<float>(), static_cast<size_t>(expected.numel()));
         const Bounds b = bounds_for(dtype_);
         EXPECT_TRUE(c.within(b.max_abs, b.rel_norm)) << "m " << m << " n " << s.n << " k " << s.k << " group "
-                                                     << s.group << " row warps " << row_warps << ": " << c.describe();
+                                                     << s.group << " row warps " << row_warps
+                                                     << " pipeline " << variant / 4 << ": " << c.describe();
       }
     }
   }

@@ -125,6 +125,7 @@ class CudaBackend final : public Backend {
     }
     if (const char* w4 = std::getenv("TESSERA_W4_GEMV")) w4_gemv_mode_ = std::string(w4) == "1" ? 1 : 0;
     if (const char* tiles = std::getenv("TESSERA_W4_TILES")) w4_tiles_mode_ = std::string(tiles) == "0" ? 0 : 1;
+    if (const char* stages = std::getenv("TESSERA_W4_STAGES")) w4_stages_mode_ = std::string(stages) == "0" ? 0 : 1;
     if (const char* fused = std::getenv("TESSERA_FUSED_INPUT")) fuse_inputs_ = std::string(fused) != "0";
   }
 
@@ -528,7 +529,8 @@ class CudaBackend final : public Backend {
 
   // The 4-bit paths, each shape's first call timing the candidates on the real
   // operands and keeping the fastest: on tiled weights the tensor-core kernel
-  // with 1, 2, 4 or 8 row warps (up to kW4MmaMaxRows rows) against dequantize +
+  // with 1, 2, 4 or 8 row warps and either weight pipeline (up to
+  // kW4MmaMaxRows rows) against dequantize +
   // cuBLASLt; on canonical weights the scalar GEMV (up to kW4GemvMaxRows rows;
   // one row takes it untimed) against the same. More rows: dequantize into a
   // scratch weight in the activation dtype and use cuBLASLt.
@@ -572,7 +574,8 @@ class CudaBackend final : public Backend {
         if constexpr (std::is_same_v<T, float>) {
           throw Error(ErrorKind::kInternal, "cuda linear_quantized: tiled 4-bit weights with f32 activations");
         } else {
-          // Candidate 0: dequantize + cuBLASLt; 1-4: the kernel with 1, 2, 4, 8 row warps.
+          // Candidate 0: dequantize + cuBLASLt; 1-4: the kernel with 1, 2, 4, 8 row warps
+          // and register batches; 5-8: the same with shared-memory stages.
           const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
           auto run = [&](size_t candidate, T* target, bool add) {
             if (candidate == 0) {
@@ -580,11 +583,12 @@ class CudaBackend final : public Backend {
                 cuda::launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_);
               }, target, add);
             }
+            const auto pipeline = candidate <= 4 ? cuda::W4Pipeline::kRegisterBatches : cuda::W4Pipeline::kSharedStages;
             cuda::launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
-                                      1 << (candidate - 1), target, stream_, add);
+                                      1 << ((candidate - 1) % 4), pipeline, target, stream_, add);
           };
-          run(w4_choice({m, n, k, x.dtype(), true}, m <= cuda::kW4MmaMaxRows ? 5 : 1, false, timed(run)), ptr<T>(out),
-              accumulate);
+          const size_t candidates = m > cuda::kW4MmaMaxRows ? 1 : w4_stages_mode_ == 0 ? 5 : 9;
+          run(w4_choice({m, n, k, x.dtype(), true}, candidates, false, timed(run)), ptr<T>(out), accumulate);
         }
       } else {
         // Candidate 0: dequantize + cuBLASLt; 1: the scalar GEMV.
@@ -757,6 +761,7 @@ class CudaBackend final : public Backend {
   int w4_gemv_mode_ = -1;   // TESSERA_W4_GEMV: 1 a packed-weight kernel wherever one applies, 0 dequantize; -1 timed
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)
   int w4_tiles_mode_ = -1;
+  int w4_stages_mode_ = -1;  // TESSERA_W4_STAGES=0: no shared-memory-stage candidates (to compare against)
   Tensor input_scratch_;     // formed_input's buffer
   bool fuse_inputs_ = true;  // TESSERA_FUSED_INPUT=0: norms and SiLU·mul by their own ops (comparisons)  // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
   std::map<W4Key, size_t> w4_choice_;  // per 4-bit shape: the candidate w4_choice picked

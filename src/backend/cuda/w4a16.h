@@ -47,11 +47,14 @@ void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t
 // m <= kW4MmaMaxRows, x 16-byte aligned.
 // row_warps (1, 2, 4 or 8) of a block's 8 warps take neighbouring 16-row tiles
 // and share activations; the rest split k. More row warps re-read the
-// activations less but make fewer blocks: the caller times the choice.
+// activations less but make fewer blocks. The weights reach the tensor cores
+// either in batches of register loads or through cp.async stages in shared
+// memory. The caller times the choices.
+enum class W4Pipeline { kRegisterBatches, kSharedStages };
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
-                      int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream,
-                      bool accumulate = false);
+                      int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,
+                      cudaStream_t stream, bool accumulate = false);
 
 // w [n, k] = W from the tiles (for cuBLASLt at more rows).
 template <typename T>

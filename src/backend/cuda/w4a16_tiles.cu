@@ -113,6 +113,73 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 #endif
 }
 
+// acc += the products of chunk c of a lane's two rows (word: its 16-byte
+// A fragments; sz_g, sz_g8: the scale-and-zero words of rows g and g + 8)
+// with the chunk's activations of NT 8-token tiles.
+template <typename T, int NT>
+__device__ __forceinline__ void chunk_product(float (&acc)[NT][4], uint4 word, uint32_t sz_g, uint32_t sz_g8,
+                                              const T* __restrict__ x, int m, int k, int c, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  const uint32_t zero_g = magic_zero<T>(sz_g), zero_g8 = magic_zero<T>(sz_g8);
+  const uint32_t words[4] = {word.x, word.y, word.z, word.w};
+  uint32_t a[4][4];
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[s][r] = weight_pair<T>(words[s] >> (4 * r), r % 2 == 0 ? zero_g : zero_g8);
+  }
+  const float scale_g = scale_of(sz_g), scale_g8 = scale_of(sz_g8);
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    const int token = i * 8 + g;
+    uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+    if (token < m) {
+      const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(token) * k + c * kChunkInputs + t * 16);
+      x0 = __ldg(xp);
+      x1 = __ldg(xp + 1);
+    }
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_16816<T>(d, a[0], x0.x, x0.y);
+    mma_16816<T>(d, a[1], x0.z, x0.w);
+    mma_16816<T>(d, a[2], x1.x, x1.y);
+    mma_16816<T>(d, a[3], x1.z, x1.w);
+    acc[i][0] = fmaf(scale_g, d[0], acc[i][0]);
+    acc[i][1] = fmaf(scale_g, d[1], acc[i][1]);
+    acc[i][2] = fmaf(scale_g8, d[2], acc[i][2]);
+    acc[i][3] = fmaf(scale_g8, d[3], acc[i][3]);
+  }
+}
+
+// The K slices of a block (warp = rw + RW kw) meet in shared memory, lane
+// fastest, so no bank conflicts; then the block's rows are stored.
+// Accumulator e of tile i: row g (+8 for e >= 2), token 8i + 2t + e % 2.
+template <typename T, int NT, int RW>
+__device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][RW][NT * 4][32],
+                                                 const float (&acc)[NT][4], const T* __restrict__ bias, int m, int n,
+                                                 int row_tiles, T* __restrict__ out, bool accumulate) {
+  constexpr int KW = kWarps / RW;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rw = warp % RW, kw = warp / RW;
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[kw][rw][i * 4 + e][lane] = acc[i][e];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < RW * NT * 4 * 32; idx += blockDim.x) {
+    const int l = idx % 32, e = (idx / 32) % 4, i = (idx / 128) % NT, r = idx / (128 * NT);
+    const int out_tile = int(blockIdx.x) * RW + r;
+    const int out_row = out_tile * 16 + l / 4 + (e >= 2 ? 8 : 0), token = i * 8 + 2 * (l % 4) + e % 2;
+    if (out_tile >= row_tiles || out_row >= n || token >= m) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int s = 0; s < KW; ++s) v += partial[s][r][i * 4 + e][l];
+    if (bias != nullptr) v += to_float(bias[out_row]);
+    if (accumulate) v += to_float(out[int64_t(token) * n + out_row]);
+    out[int64_t(token) * n + out_row] = from_float<T>(v);
+  }
+}
+
 // x [m, k], tiles uint4 [n_pad / 16][k / 64][32 lanes], scale_zero u32
 // [k / g][n_pad], out [m, n]. NT tiles of 8 tokens (m <= 8 NT); RW warps of a
 // block take consecutive row tiles and share their activations through L1,
@@ -128,7 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int rw = warp % RW, kw = warp / RW;
   const int row_tiles = n_pad / 16, chunks = k / kChunkInputs;
   const int tile = min(int(blockIdx.x) * RW + rw, row_tiles - 1);  // past the end: repeats the last, never stored
-  const int g = lane / 4, t = lane % 4;
+  const int g = lane / 4;
   const int row = tile * 16 + g;
   const uint4* weights = tiles + int64_t(tile) * chunks * 32 + lane;
 
@@ -153,58 +220,146 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int u = 0; u < kLoadsInFlight; ++u) {
       const int c = c0 + u * KW;
       if (c >= chunks) break;
-      const uint32_t zero_g = magic_zero<T>(sz_g[u]), zero_g8 = magic_zero<T>(sz_g8[u]);
-      const uint32_t words[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
-      uint32_t a[4][4];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[s][r] = weight_pair<T>(words[s] >> (4 * r), r % 2 == 0 ? zero_g : zero_g8);
-      }
-      const float scale_g = scale_of(sz_g[u]), scale_g8 = scale_of(sz_g8[u]);
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-        const int token = i * 8 + g;
-        uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
-        if (token < m) {
-          const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(token) * k + c * kChunkInputs + t * 16);
-          x0 = __ldg(xp);
-          x1 = __ldg(xp + 1);
-        }
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_16816<T>(d, a[0], x0.x, x0.y);
-        mma_16816<T>(d, a[1], x0.z, x0.w);
-        mma_16816<T>(d, a[2], x1.x, x1.y);
-        mma_16816<T>(d, a[3], x1.z, x1.w);
-        acc[i][0] = fmaf(scale_g, d[0], acc[i][0]);
-        acc[i][1] = fmaf(scale_g, d[1], acc[i][1]);
-        acc[i][2] = fmaf(scale_g8, d[2], acc[i][2]);
-        acc[i][3] = fmaf(scale_g8, d[3], acc[i][3]);
-      }
+      chunk_product<T, NT>(acc, w[u], sz_g[u], sz_g8[u], x, m, k, c, lane);
     }
   }
 
-  // The K slices meet in shared memory; lane fastest, so no bank conflicts.
-  // Accumulator e of tile i: row g (+8 for e >= 2), token 8i + 2t + e % 2.
   __shared__ float partial[KW][RW][NT * 4][32];
-#pragma unroll
-  for (int i = 0; i < NT; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) partial[kw][rw][i * 4 + e][lane] = acc[i][e];
+  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate);
+}
+
+// The same product with the weights streamed through shared memory by
+// cp.async (sm_80 and newer), kStages stages of kStageChunks chunks ahead.
+// The batch-load kernel above holds its loads in registers and computes only
+// once a whole batch has arrived, so each warp's bytes in flight drop to zero
+// while it computes; and a register ring of loads consumed one by one lost to
+// it (the hardware tracks few outstanding loads per warp, so the waits merge).
+// Copies into shared memory complete in groups the thread waits on, so a
+// warp keeps (kStages - 1) stages in flight all the time, in no registers.
+// Every lane reads back only what it copied itself: no barrier but the
+// thread's own cp.async.wait_group. Measured on the H200: no faster at one
+// row (the batch kernel wins each shape's timing there), a few per cent at 16
+// and 64 rows; so what holds the 4-bit GEMVs well below the copy bandwidth is
+// not the bytes in flight during the compute.
+constexpr int kStages = 4, kStageChunks = 2;
+
+template <int NT>
+constexpr size_t async_shared_bytes() {
+  const size_t staged = size_t(kStages) * kStageChunks * kWarps * 32 * (sizeof(uint4) + sizeof(uint2));
+  const size_t partial = size_t(kWarps) * NT * 4 * 32 * sizeof(float);
+  return staged > partial ? staged : partial;
+}
+
+[[maybe_unused]] __device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <int Bytes>
+__device__ __forceinline__ void copy_async(void* shared, const void* global, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)),
+                 "l"(global), "l"(policy));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(shared_address(shared)), "l"(global),
+                 "n"(Bytes));
   }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < RW * NT * 4 * 32; idx += blockDim.x) {
-    const int l = idx % 32, e = (idx / 32) % 4, i = (idx / 128) % NT, r = idx / (128 * NT);
-    const int out_tile = int(blockIdx.x) * RW + r;
-    const int out_row = out_tile * 16 + l / 4 + (e >= 2 ? 8 : 0), token = i * 8 + 2 * (l % 4) + e % 2;
-    if (out_tile >= row_tiles || out_row >= n || token >= m) continue;
-    float v = 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void commit_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int Pending>
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+#endif
+}
+
+// L2 policy for bytes read once per step: evict them first.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#endif
+  return policy;
+}
+
+// Layout and arguments as w4a16_mma_kernel; the warp's chunks are
+// kw + KW j, stage j / kStageChunks. With `early` the first stages are
+// copied before the wait (no kernel writes the weights).
+template <typename T, int NT, int RW>
+__global__ void __launch_bounds__(kWarps * 32)
+    w4a16_async_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles,
+                       const uint32_t* __restrict__ scale_zero, const T* __restrict__ bias, int m, int n, int n_pad,
+                       int k, int chunks_per_group, T* __restrict__ out, bool accumulate, bool early) {
+  constexpr int KW = kWarps / RW;
+  extern __shared__ uint4 shared_words[];
+  uint4 (*staged_w)[kStageChunks][kWarps][32] = reinterpret_cast<uint4 (*)[kStageChunks][kWarps][32]>(shared_words);
+  uint2 (*staged_sz)[kStageChunks][kWarps][32] = reinterpret_cast<uint2 (*)[kStageChunks][kWarps][32]>(
+      shared_words + kStages * kStageChunks * kWarps * 32);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rw = warp % RW, kw = warp / RW;
+  const int row_tiles = n_pad / 16, chunks = k / kChunkInputs;
+  const int tile = min(int(blockIdx.x) * RW + rw, row_tiles - 1);  // past the end: repeats the last, never stored
+  const int row = tile * 16 + lane / 4;
+  const uint4* weights = tiles + int64_t(tile) * chunks * 32 + lane;
+  const int my_chunks = chunks > kw ? (chunks - kw + KW - 1) / KW : 0;
+  const int stages = (my_chunks + kStageChunks - 1) / kStageChunks;
+  const uint64_t policy = evict_first_policy();
+
+  auto issue = [&](int stage) {
+    if (stage < stages) {
 #pragma unroll
-    for (int s = 0; s < KW; ++s) v += partial[s][r][i * 4 + e][l];
-    if (bias != nullptr) v += to_float(bias[out_row]);
-    if (accumulate) v += to_float(out[int64_t(token) * n + out_row]);
-    out[int64_t(token) * n + out_row] = from_float<T>(v);
+      for (int u = 0; u < kStageChunks; ++u) {
+        const int j = stage * kStageChunks + u;
+        if (j < my_chunks) {
+          const int c = kw + j * KW;
+          const int64_t group = c / chunks_per_group;
+          const int slot = stage % kStages;
+          copy_async<16>(&staged_w[slot][u][warp][lane], weights + int64_t(c) * 32, policy);
+          copy_async<4>(&staged_sz[slot][u][warp][lane].x, scale_zero + group * n_pad + row, policy);
+          copy_async<4>(&staged_sz[slot][u][warp][lane].y, scale_zero + group * n_pad + row + 8, policy);
+        }
+      }
+    }
+    commit_copies();  // empty past the end: keeps one group per stage
+  };
+
+  if (early) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+    wait_for_previous_kernel();
+  } else {
+    wait_for_previous_kernel();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
   }
+
+  float acc[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int stage = 0; stage < stages; ++stage) {
+    wait_copies<kStages - 2>();  // this stage's group has landed
+    issue(stage + kStages - 1);  // into the slot read one stage ago
+    const int slot = stage % kStages;
+#pragma unroll
+    for (int u = 0; u < kStageChunks; ++u) {
+      const int j = stage * kStageChunks + u;
+      if (j >= my_chunks) break;
+      const uint2 sz = staged_sz[slot][u][warp][lane];
+      chunk_product<T, NT>(acc, staged_w[slot][u][warp][lane], sz.x, sz.y, x, m, k, kw + j * KW, lane);
+    }
+  }
+  if (early) allow_next_kernel();  // the weights are read: the next kernel may take the room
+  wait_copies<0>();
+  __syncthreads();  // the staging space becomes the partial sums
+  auto& partial = *reinterpret_cast<float (*)[KW][RW][NT * 4][32]>(shared_words);
+  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate);
 }
 
 // Canonical nibble of weight (row o, input i); 0 past the last row.
@@ -288,13 +443,21 @@ int grid_for(int64_t items, int threads) {
 
 template <typename T, int NT>
 void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const T* bias, int m, int n, int k,
-               int group_size, int row_warps, T* out, cudaStream_t stream, bool accumulate) {
+               int group_size, int row_warps, W4Pipeline pipeline, T* out, cudaStream_t stream, bool accumulate) {
   const int n_pad = (n + 15) / 16 * 16, row_tiles = n_pad / 16;
   const int cpg = group_size / kChunkInputs;
   const unsigned blocks = static_cast<unsigned>((row_tiles + row_warps - 1) / row_warps);
-#define TESSERA_W4_MMA(RW) \
-  launch_after(w4a16_mma_kernel<T, NT, RW>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, m, n, n_pad, k, cpg, out, \
-               accumulate)
+  constexpr size_t shared = async_shared_bytes<NT>();
+  static_assert(shared <= 48 * 1024, "more than the dynamic shared memory a launch gets without opting in");
+  const bool early = early_successor_launch() && programmatic_launch_enabled();
+#define TESSERA_W4_MMA(RW)                                                                                       \
+  if (pipeline == W4Pipeline::kSharedStages) {                                                                   \
+    launch_after(w4a16_async_kernel<T, NT, RW>, blocks, kWarps * 32, shared, stream, x, tiles, scale_zero, bias, \
+                 m, n, n_pad, k, cpg, out, accumulate, early);                                                   \
+  } else {                                                                                                       \
+    launch_after(w4a16_mma_kernel<T, NT, RW>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, m, n, \
+                 n_pad, k, cpg, out, accumulate);                                                                \
+  }
   switch (row_warps) {
     case 1: TESSERA_W4_MMA(1); break;
     case 2: TESSERA_W4_MMA(2); break;
@@ -326,16 +489,22 @@ void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t
 
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
-                      int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream,
-                      bool accumulate) {
+                      int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,
+                      cudaStream_t stream, bool accumulate) {
   if (m <= 0 || n <= 0) return;
   const auto* t = reinterpret_cast<const uint4*>(tiles);
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k),
             g = static_cast<int>(group_size);
-  if (m <= 8) return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate);
-  if (m <= 16) return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate);
-  if (m <= 32) return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate);
-  return launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate);
+  if (m <= 8) {
+    return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate);
+  }
+  if (m <= 16) {
+    return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate);
+  }
+  if (m <= 32) {
+    return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate);
+  }
+  return launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate);
 }
 
 template <typename T>
@@ -349,7 +518,7 @@ void launch_w4_dequantize_tiles(const uint32_t* tiles, const uint32_t* scale_zer
 
 #define INSTANTIATE(T)                                                                                            \
   template void launch_w4a16_mma<T>(const T*, const uint32_t*, const uint32_t*, const T*, int64_t, int64_t,     \
-                                    int64_t, int64_t, int, T*, cudaStream_t, bool);                              \
+                                    int64_t, int64_t, int, W4Pipeline, T*, cudaStream_t, bool);                \
   template void launch_w4_dequantize_tiles<T>(const uint32_t*, const uint32_t*, int64_t, int64_t, int64_t, T*, \
                                               cudaStream_t);
 INSTANTIATE(__half)
