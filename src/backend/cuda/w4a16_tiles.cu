@@ -239,8 +239,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Every lane reads back only what it copied itself: no barrier but the
 // thread's own cp.async.wait_group. Measured on the H200: no faster at one
 // row (the batch kernel wins each shape's timing there), a few per cent at 16
-// and 64 rows; so what holds the 4-bit GEMVs well below the copy bandwidth is
-// not the bytes in flight during the compute.
+// and 64 rows. What holds the 4-bit GEMVs well below the copy bandwidth is
+// the per-chunk work: with the same loads and no product they take half the
+// time (BENCHMARKS.md).
 constexpr int kStages = 4, kStageChunks = 2;
 
 template <int NT>
