@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
@@ -251,45 +252,6 @@ constexpr size_t async_shared_bytes() {
   return staged > partial ? staged : partial;
 }
 
-[[maybe_unused]] __device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-template <int Bytes>
-__device__ __forceinline__ void copy_async(void* shared, const void* global, uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (Bytes == 16) {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)),
-                 "l"(global), "l"(policy));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(shared_address(shared)), "l"(global),
-                 "n"(Bytes));
-  }
-#endif
-}
-
-__device__ __forceinline__ void commit_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-template <int Pending>
-__device__ __forceinline__ void wait_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-#endif
-}
-
-// L2 policy for bytes read once per step: evict them first.
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-#endif
-  return policy;
-}
-
 // Layout and arguments as w4a16_mma_kernel; the warp's chunks are
 // kw + KW j, stage j / kStageChunks. With `early` the first stages are
 // copied before the wait (no kernel writes the weights).
@@ -322,13 +284,13 @@ __global__ void __launch_bounds__(kWarps * 32)
           const int c = kw + j * KW;
           const int64_t group = c / chunks_per_group;
           const int slot = stage % kStages;
-          copy_async<16>(&staged_w[slot][u][warp][lane], weights + int64_t(c) * 32, policy);
-          copy_async<4>(&staged_sz[slot][u][warp][lane].x, scale_zero + group * n_pad + row, policy);
-          copy_async<4>(&staged_sz[slot][u][warp][lane].y, scale_zero + group * n_pad + row + 8, policy);
+          cp_async_16_hint(shared_address(&staged_w[slot][u][warp][lane]), weights + int64_t(c) * 32, policy);
+          cp_async_4(shared_address(&staged_sz[slot][u][warp][lane].x), scale_zero + group * n_pad + row);
+          cp_async_4(shared_address(&staged_sz[slot][u][warp][lane].y), scale_zero + group * n_pad + row + 8);
         }
       }
     }
-    commit_copies();  // empty past the end: keeps one group per stage
+    cp_async_commit();  // empty past the end: keeps one group per stage
   };
 
   if (early) {
@@ -345,7 +307,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   for (int stage = 0; stage < stages; ++stage) {
-    wait_copies<kStages - 2>();  // this stage's group has landed
+    cp_async_wait<kStages - 2>();  // this stage's group has landed
     issue(stage + kStages - 1);  // into the slot read one stage ago
     const int slot = stage % kStages;
 #pragma unroll
@@ -357,7 +319,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   if (early) allow_next_kernel();  // the weights are read: the next kernel may take the room
-  wait_copies<0>();
+  cp_async_wait<0>();
   __syncthreads();  // the staging space becomes the partial sums
   auto& partial = *reinterpret_cast<float (*)[KW][RW][NT * 4][32]>(shared_words);
   reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate);
