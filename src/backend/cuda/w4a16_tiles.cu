@@ -47,12 +47,13 @@ namespace {
 
 constexpr int kWarps = 8;       // warps of a block: row tiles x K slices
 constexpr int kChunkInputs = 64;
-// 16-byte weight loads a lane issues before it computes: 8 (128 bytes) at up
-// to 16 tokens, which at one row puts a 4096 x 4096 matrix in flight at once;
-// 4 for more tokens, whose accumulators need the registers.
+// 16-byte weight loads a lane issues before it computes: 4 at one tile of
+// tokens (fewer registers: three blocks an SM, and measured 5-8 % faster than
+// 8 on the H200), 8 at two tiles, 4 for more tokens, whose accumulators need
+// the registers.
 template <int NT>
 __host__ __device__ constexpr int loads_in_flight() {
-  return NT <= 2 ? 8 : 4;
+  return NT == 2 ? 8 : 4;
 }
 
 // The 16-bit pattern of magic + 0 (its ulp is 1, so magic + q is exact for q < 16).
@@ -72,10 +73,19 @@ __device__ __forceinline__ uint32_t magic_zero(uint32_t scale_zero) {
   return h | (h << 16);
 }
 
+// (a & mask) | bits in one LOP3: the compiler splits the two constants of
+// the C expression into two instructions, and these run 16 times a chunk.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(kMask), "r"(bits));  // 0xEA: (a & b) | c
+  return d;
+}
+
 // One A register: two weights q - zero, from a word shifted to its nibble pair.
 template <typename T>
 __device__ __forceinline__ uint32_t weight_pair(uint32_t shifted, uint32_t magic_zero_pair) {
-  const uint32_t biased = (shifted & 0x000F000Fu) | (magic_bits<T>() * 0x10001u);
+  const uint32_t biased = and_or<0x000F000Fu>(shifted, magic_bits<T>() * 0x10001u);
   uint32_t result;
   if constexpr (std::is_same_v<T, __half>) {
     const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&biased),
@@ -132,13 +142,11 @@ __device__ __forceinline__ void chunk_product(float (&acc)[NT][4], uint4 word, u
   const float scale_g = scale_of(sz_g), scale_g8 = scale_of(sz_g8);
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    const int token = i * 8 + g;
-    uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
-    if (token < m) {
-      const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(token) * k + c * kChunkInputs + t * 16);
-      x0 = __ldg(xp);
-      x1 = __ldg(xp + 1);
-    }
+    // Tokens past m read the last row instead of zeros: no predicate and no
+    // zeroing a chunk, and their columns are never stored.
+    const int token = min(i * 8 + g, m - 1);
+    const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(token) * k + c * kChunkInputs + t * 16);
+    const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     mma_16816<T>(d, a[0], x0.x, x0.y);
     mma_16816<T>(d, a[1], x0.z, x0.w);
@@ -186,11 +194,10 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][R
 // block take consecutive row tiles and share their activations through L1,
 // the other kWarps / RW split the chunks, meeting in shared memory.
 template <typename T, int NT, int RW>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 1)  // one tile of tokens: 3 blocks an SM, at most 85 registers
     w4a16_mma_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles, const uint32_t* __restrict__ scale_zero,
-                     const T* __restrict__ bias, int m, int n, int n_pad, int k, int chunks_per_group,
-                     T* __restrict__ out, bool accumulate) {
-  wait_for_previous_kernel();
+                     const T* __restrict__ bias, int m, int n, int n_pad, int k, int group_shift,
+                     T* __restrict__ out, bool accumulate, bool early) {
   constexpr int KW = kWarps / RW, kLoadsInFlight = loads_in_flight<NT>();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rw = warp % RW, kw = warp / RW;
@@ -200,30 +207,39 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int row = tile * 16 + g;
   const uint4* weights = tiles + int64_t(tile) * chunks * 32 + lane;
 
-  float acc[NT][4];
-#pragma unroll
-  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-
-  for (int c0 = kw; c0 < chunks; c0 += KW * kLoadsInFlight) {
-    uint4 w[kLoadsInFlight];
-    uint32_t sz_g[kLoadsInFlight], sz_g8[kLoadsInFlight];
+  uint4 w[kLoadsInFlight];
+  uint32_t sz_g[kLoadsInFlight], sz_g8[kLoadsInFlight];
+  auto load_batch = [&](int c0) {
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) {
       const int c = c0 + u * KW;
       if (c < chunks) {
         w[u] = __ldcs(weights + int64_t(c) * 32);  // read once: do not keep it in L1
-        const int64_t group = c / chunks_per_group;
+        const int64_t group = c >> group_shift;
         sz_g[u] = __ldg(scale_zero + group * n_pad + row);
         sz_g8[u] = __ldg(scale_zero + group * n_pad + row + 8);
       }
     }
+  };
+  // No kernel writes the weights: with `early` the first batch is in flight
+  // while the previous kernel finishes.
+  if (early) load_batch(kw);
+  wait_for_previous_kernel();
+  if (!early) load_batch(kw);
+
+  float acc[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int c0 = kw; c0 < chunks; c0 += KW * kLoadsInFlight) {
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) {
       const int c = c0 + u * KW;
       if (c >= chunks) break;
       chunk_product<T, NT>(acc, w[u], sz_g[u], sz_g8[u], x, m, k, c, lane);
     }
+    if (c0 + KW * kLoadsInFlight < chunks) load_batch(c0 + KW * kLoadsInFlight);
   }
+  if (early) allow_next_kernel();  // the weights are read: the next kernel may load its own
 
   __shared__ float partial[KW][RW][NT * 4][32];
   reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate);
@@ -259,7 +275,7 @@ template <typename T, int NT, int RW>
 __global__ void __launch_bounds__(kWarps * 32)
     w4a16_async_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles,
                        const uint32_t* __restrict__ scale_zero, const T* __restrict__ bias, int m, int n, int n_pad,
-                       int k, int chunks_per_group, T* __restrict__ out, bool accumulate, bool early) {
+                       int k, int group_shift, T* __restrict__ out, bool accumulate, bool early) {
   constexpr int KW = kWarps / RW;
   extern __shared__ uint4 shared_words[];
   uint4 (*staged_w)[kStageChunks][kWarps][32] = reinterpret_cast<uint4 (*)[kStageChunks][kWarps][32]>(shared_words);
@@ -282,7 +298,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int j = stage * kStageChunks + u;
         if (j < my_chunks) {
           const int c = kw + j * KW;
-          const int64_t group = c / chunks_per_group;
+          const int64_t group = c >> group_shift;
           const int slot = stage % kStages;
           cp_async_16_hint(shared_address(&staged_w[slot][u][warp][lane]), weights + int64_t(c) * 32, policy);
           cp_async_4(shared_address(&staged_sz[slot][u][warp][lane].x), scale_zero + group * n_pad + row);
@@ -408,7 +424,8 @@ template <typename T, int NT>
 void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const T* bias, int m, int n, int k,
                int group_size, int row_warps, W4Pipeline pipeline, T* out, cudaStream_t stream, bool accumulate) {
   const int n_pad = (n + 15) / 16 * 16, row_tiles = n_pad / 16;
-  const int cpg = group_size / kChunkInputs;
+  int group_shift = 0;  // chunks of a group: a power of two (w4_tiles_supported)
+  while ((kChunkInputs << group_shift) < group_size) ++group_shift;
   const unsigned blocks = static_cast<unsigned>((row_tiles + row_warps - 1) / row_warps);
   constexpr size_t shared = async_shared_bytes<NT>();
   static_assert(shared <= 48 * 1024, "more than the dynamic shared memory a launch gets without opting in");
@@ -416,10 +433,10 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
 #define TESSERA_W4_MMA(RW)                                                                                       \
   if (pipeline == W4Pipeline::kSharedStages) {                                                                   \
     launch_after(w4a16_async_kernel<T, NT, RW>, blocks, kWarps * 32, shared, stream, x, tiles, scale_zero, bias, \
-                 m, n, n_pad, k, cpg, out, accumulate, early);                                                   \
+                 m, n, n_pad, k, group_shift, out, accumulate, early);                                                   \
   } else {                                                                                                       \
     launch_after(w4a16_mma_kernel<T, NT, RW>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, m, n, \
-                 n_pad, k, cpg, out, accumulate);                                                                \
+                 n_pad, k, group_shift, out, accumulate, early);                                                             \
   }
   switch (row_warps) {
     case 1: TESSERA_W4_MMA(1); break;
@@ -434,7 +451,10 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
 }  // namespace
 
 bool w4_tiles_supported(int64_t k, int64_t group_size) {
-  return k > 0 && k % kChunkInputs == 0 && group_size % kChunkInputs == 0 && k % group_size == 0;
+  const int64_t chunks_per_group = group_size / kChunkInputs;
+  // A power of two of chunks per group: the kernels find a chunk's group by a shift.
+  return k > 0 && k % kChunkInputs == 0 && group_size % kChunkInputs == 0 && k % group_size == 0 &&
+         (chunks_per_group & (chunks_per_group - 1)) == 0;
 }
 
 int64_t w4_tile_words(int64_t n, int64_t k) { return (n + 15) / 16 * 16 * (k / 8); }
