@@ -173,9 +173,11 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
       Tensor expected = Tensor::empty({m, s.n}, DType::kF32);
       cpu_->linear(x, dequantize_weight(w), bias, expected);
       Tensor gx = cuda_->upload_weight(x), gbias = cuda_->upload_weight(bias);
-      for (int variant = 0; variant < 8; ++variant) {
+      constexpr cuda::W4Pipeline kPipelines[] = {cuda::W4Pipeline::kRegisterBatches,
+                                                 cuda::W4Pipeline::kRegisterDouble, cuda::W4Pipeline::kSharedStages};
+      for (int variant = 0; variant < 12; ++variant) {
         const int row_warps = 1 << (variant % 4);
-        const auto pipeline = variant < 4 ? cuda::W4Pipeline::kRegisterBatches : cuda::W4Pipeline::kSharedStages;
+        const auto pipeline = kPipelines[variant / 4];
         Tensor out = Tensor::empty({m, s.n}, dtype_, cuda_->allocator());
         cuda_->synchronize();  // uploads and the allocation are ordered on the backend's stream
         dispatch_16bit([&](auto tag) {

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <tuple>
 
@@ -574,8 +575,8 @@ class CudaBackend final : public Backend {
         if constexpr (std::is_same_v<T, float>) {
           throw Error(ErrorKind::kInternal, "cuda linear_quantized: tiled 4-bit weights with f32 activations");
         } else {
-          // Candidate 0: dequantize + cuBLASLt; 1-4: the kernel with 1, 2, 4, 8 row warps
-          // and register batches; 5-8: the same with shared-memory stages.
+          // Candidate 0: dequantize + cuBLASLt; then the kernel's pipelines and row warps
+          // (kW4Kernels; the shared-memory stages last, left out with TESSERA_W4_STAGES=0).
           const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
           auto run = [&](size_t candidate, T* target, bool add) {
             if (candidate == 0) {
@@ -583,11 +584,13 @@ class CudaBackend final : public Backend {
                 cuda::launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_);
               }, target, add);
             }
-            const auto pipeline = candidate <= 4 ? cuda::W4Pipeline::kRegisterBatches : cuda::W4Pipeline::kSharedStages;
+            const W4Kernel& kernel = kW4Kernels[candidate - 1];
             cuda::launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
-                                      1 << ((candidate - 1) % 4), pipeline, target, stream_, add);
+                                      kernel.row_warps, kernel.pipeline, target, stream_, add);
           };
-          const size_t candidates = m > cuda::kW4MmaMaxRows ? 1 : w4_stages_mode_ == 0 ? 5 : 9;
+          const size_t candidates = m > cuda::kW4MmaMaxRows ? 1
+                                    : w4_stages_mode_ == 0 ? 1 + kW4KernelsWithoutStages
+                                                           : 1 + std::size(kW4Kernels);
           run(w4_choice({m, n, k, x.dtype(), true}, candidates, false, timed(run)), ptr<T>(out), accumulate);
         }
       } else {
@@ -640,6 +643,20 @@ class CudaBackend final : public Backend {
 
  private:
   using W4Key = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // rows, out, in, activation dtype, tiled
+
+  // The tensor-core 4-bit kernel's variants a shape's first call times.
+  struct W4Kernel {
+    cuda::W4Pipeline pipeline;
+    int row_warps;
+  };
+  static constexpr W4Kernel kW4Kernels[] = {
+      {cuda::W4Pipeline::kRegisterBatches, 1}, {cuda::W4Pipeline::kRegisterBatches, 2},
+      {cuda::W4Pipeline::kRegisterBatches, 4}, {cuda::W4Pipeline::kRegisterBatches, 8},
+      {cuda::W4Pipeline::kRegisterDouble, 1},  {cuda::W4Pipeline::kRegisterDouble, 2},
+      {cuda::W4Pipeline::kSharedStages, 1},    {cuda::W4Pipeline::kSharedStages, 2},
+      {cuda::W4Pipeline::kSharedStages, 4},    {cuda::W4Pipeline::kSharedStages, 8},
+  };
+  static constexpr size_t kW4KernelsWithoutStages = 6;
 
   // Tiles where the loaded kernel image has mma.sync for 16-bit operands.
   bool uses_w4_tiles(const QuantizedWeight& w) const {

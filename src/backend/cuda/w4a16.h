@@ -50,7 +50,7 @@ void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t
 // activations less but make fewer blocks. The weights reach the tensor cores
 // either in batches of register loads or through cp.async stages in shared
 // memory. The caller times the choices.
-enum class W4Pipeline { kRegisterBatches, kSharedStages };
+enum class W4Pipeline { kRegisterBatches, kRegisterDouble, kSharedStages };
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                       int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,

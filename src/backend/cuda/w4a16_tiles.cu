@@ -193,8 +193,11 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][R
 // [k / g][n_pad], out [m, n]. NT tiles of 8 tokens (m <= 8 NT); RW warps of a
 // block take consecutive row tiles and share their activations through L1,
 // the other kWarps / RW split the chunks, meeting in shared memory.
-template <typename T, int NT, int RW>
-__global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 1)  // one tile of tokens: 3 blocks an SM, at most 85 registers
+// kDouble: two batches in registers, the next loading while the current is
+// computed (more registers, so fewer blocks an SM: for long inputs, whose
+// few row tiles leave the SMs room, e.g. the down projection).
+template <typename T, int NT, int RW, bool kDouble>
+__global__ void __launch_bounds__(kWarps * 32, NT == 1 && !kDouble ? 3 : 1)  // 3 blocks an SM: at most 85 registers
     w4a16_mma_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles, const uint32_t* __restrict__ scale_zero,
                      const T* __restrict__ bias, int m, int n, int n_pad, int k, int group_shift,
                      T* __restrict__ out, bool accumulate, bool early) {
@@ -207,37 +210,55 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 1)  // one tile of 
   const int row = tile * 16 + g;
   const uint4* weights = tiles + int64_t(tile) * chunks * 32 + lane;
 
-  uint4 w[kLoadsInFlight];
-  uint32_t sz_g[kLoadsInFlight], sz_g8[kLoadsInFlight];
-  auto load_batch = [&](int c0) {
+  struct Batch {
+    uint4 w[kLoadsInFlight];
+    uint32_t sz_g[kLoadsInFlight], sz_g8[kLoadsInFlight];
+  };
+  auto load_batch = [&](Batch& b, int c0) {
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) {
       const int c = c0 + u * KW;
       if (c < chunks) {
-        w[u] = __ldcs(weights + int64_t(c) * 32);  // read once: do not keep it in L1
+        b.w[u] = __ldcs(weights + int64_t(c) * 32);  // read once: do not keep it in L1
         const int64_t group = c >> group_shift;
-        sz_g[u] = __ldg(scale_zero + group * n_pad + row);
-        sz_g8[u] = __ldg(scale_zero + group * n_pad + row + 8);
+        b.sz_g[u] = __ldg(scale_zero + group * n_pad + row);
+        b.sz_g8[u] = __ldg(scale_zero + group * n_pad + row + 8);
       }
     }
   };
-  // No kernel writes the weights: with `early` the first batch is in flight
-  // while the previous kernel finishes.
-  if (early) load_batch(kw);
-  wait_for_previous_kernel();
-  if (!early) load_batch(kw);
-
   float acc[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  for (int c0 = kw; c0 < chunks; c0 += KW * kLoadsInFlight) {
+  auto compute_batch = [&](const Batch& b, int c0) {
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) {
       const int c = c0 + u * KW;
       if (c >= chunks) break;
-      chunk_product<T, NT>(acc, w[u], sz_g[u], sz_g8[u], x, m, k, c, lane);
+      chunk_product<T, NT>(acc, b.w[u], b.sz_g[u], b.sz_g8[u], x, m, k, c, lane);
     }
-    if (c0 + KW * kLoadsInFlight < chunks) load_batch(c0 + KW * kLoadsInFlight);
+  };
+  constexpr int kBatchChunks = KW * kLoadsInFlight;  // chunks of the matrix a batch of the block covers
+  // No kernel writes the weights: with `early` the first batch is in flight
+  // while the previous kernel finishes.
+  Batch current;
+  if (early) load_batch(current, kw);
+  wait_for_previous_kernel();
+  if (!early) load_batch(current, kw);
+  if constexpr (kDouble) {
+    Batch next;
+    int c0 = kw;
+    for (; c0 + kBatchChunks < chunks; c0 += 2 * kBatchChunks) {
+      load_batch(next, c0 + kBatchChunks);
+      compute_batch(current, c0);
+      if (c0 + 2 * kBatchChunks < chunks) load_batch(current, c0 + 2 * kBatchChunks);
+      compute_batch(next, c0 + kBatchChunks);
+    }
+    if (c0 < chunks) compute_batch(current, c0);
+  } else {
+    for (int c0 = kw; c0 < chunks; c0 += kBatchChunks) {
+      compute_batch(current, c0);
+      if (c0 + kBatchChunks < chunks) load_batch(current, c0 + kBatchChunks);
+    }
   }
   if (early) allow_next_kernel();  // the weights are read: the next kernel may load its own
 
@@ -434,9 +455,12 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
   if (pipeline == W4Pipeline::kSharedStages) {                                                                   \
     launch_after(w4a16_async_kernel<T, NT, RW>, blocks, kWarps * 32, shared, stream, x, tiles, scale_zero, bias, \
                  m, n, n_pad, k, group_shift, out, accumulate, early);                                                   \
+  } else if (pipeline == W4Pipeline::kRegisterDouble) {                                                         \
+    launch_after(w4a16_mma_kernel<T, NT, RW, true>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, \
+                 m, n, n_pad, k, group_shift, out, accumulate, early);                                           \
   } else {                                                                                                       \
-    launch_after(w4a16_mma_kernel<T, NT, RW>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, m, n, \
-                 n_pad, k, group_shift, out, accumulate, early);                                                             \
+    launch_after(w4a16_mma_kernel<T, NT, RW, false>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, \
+                 m, n, n_pad, k, group_shift, out, accumulate, early);                                           \
   }
   switch (row_warps) {
     case 1: TESSERA_W4_MMA(1); break;
