@@ -15,17 +15,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <iterator>
-#include <map>
-#include <tuple>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/dtype_dispatch.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/w4a16.h"
+#include "backend/cuda/w4_linear.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -34,24 +32,9 @@ namespace tessera::backend {
 namespace {
 
 using cuda::CudaAllocator;
+using cuda::dispatch;
 using cuda::Gemm;
-
-// Calls fn(T{}) with T the storage type of `dtype`.
-template <typename Fn>
-void dispatch(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32: fn(float{}); return;
-    case DType::kF16: fn(__half{}); return;
-    case DType::kBF16: fn(__nv_bfloat16{}); return;
-    default: break;
-  }
-  throw Error(ErrorKind::kUnsupported, std::string("the CUDA backend has no kernels for ") + dtype_name(dtype));
-}
-
-template <typename T>
-T* ptr(const Tensor& t) {
-  return static_cast<T*>(t.raw_data());
-}
+using cuda::ptr;
 
 // A device copy of a small host int/float vector, reallocated only when it
 // grows (then `generation` is bumped: recorded graphs read the old buffer).
@@ -124,10 +107,11 @@ class CudaBackend final : public Backend {
     if (const char* kernel = std::getenv("TESSERA_DECODE_ATTENTION")) {
       use_split_decode_ = std::string(kernel) != "per_query";
     }
-    if (const char* w4 = std::getenv("TESSERA_W4_GEMV")) w4_gemv_mode_ = std::string(w4) == "1" ? 1 : 0;
-    if (const char* tiles = std::getenv("TESSERA_W4_TILES")) w4_tiles_mode_ = std::string(tiles) == "0" ? 0 : 1;
-    if (const char* stages = std::getenv("TESSERA_W4_STAGES")) w4_stages_mode_ = std::string(stages) == "0" ? 0 : 1;
     if (const char* fused = std::getenv("TESSERA_FUSED_INPUT")) fuse_inputs_ = std::string(fused) != "0";
+    w4_ = std::make_unique<cuda::W4Linear>(stream_, *allocator_, *gemm_, compute_dtype_, kernel_capability_,
+                                           [this](const std::function<void()>& fn, int repeats) {
+                                             return time_per_call(fn, repeats);
+                                           });
   }
 
   ~CudaBackend() override {
@@ -495,121 +479,14 @@ class CudaBackend final : public Backend {
 
   bool supports_quantized_linear() const override { return true; }
 
-  // Where the kernel image runs mma.sync on 16-bit activations (8.0 or
-  // newer) and the shape allows, the weight is repacked on the device into the
-  // tensor-core kernel's tiles (w4a16.h); otherwise the canonical layout, a
-  // plain copy, is what the scalar GEMV reads.
-  QuantizedWeight upload_quantized_weight(const QuantizedWeight& host) override {
-    check_quantized_weight(host, "upload_quantized_weight");
-    auto copy_up = [&](const Tensor& t) {
-      Tensor device = Tensor::empty(t.shape(), t.dtype(), *allocator_);
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(device.raw_data(), t.raw_data(), t.nbytes(), cudaMemcpyHostToDevice, stream_));
-      return device;
-    };
-    QuantizedWeight device = host;
-    device.qweight = copy_up(host.qweight);
-    device.scales = copy_up(host.scales);
-    device.zeros = copy_up(host.zeros);
-    if (uses_w4_tiles(host)) {
-      const int64_t n = host.out_features, k = host.in_features, g = host.group_size;
-      Tensor tiles = Tensor::empty({cuda::w4_tile_words(n, k)}, DType::kI32, *allocator_);
-      Tensor scale_zero = Tensor::empty({cuda::w4_scale_zero_words(n, k, g)}, DType::kI32, *allocator_);
-      cuda::launch_w4_tile(static_cast<const uint32_t*>(device.qweight.raw_data()),
-                           static_cast<const __half*>(device.scales.raw_data()),
-                           static_cast<const uint8_t*>(device.zeros.raw_data()), n, k, g,
-                           static_cast<uint32_t*>(tiles.raw_data()), static_cast<uint32_t*>(scale_zero.raw_data()),
-                           stream_);
-      device.qweight = std::move(tiles);
-      device.scales = std::move(scale_zero);
-      device.zeros = Tensor();
-      device.backend_layout = true;
-    }
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host parts may be freed on return
-    return device;
-  }
+  QuantizedWeight upload_quantized_weight(const QuantizedWeight& host) override { return w4_->upload(host); }
 
-  // The 4-bit paths, each shape's first call timing the candidates on the real
-  // operands and keeping the fastest: on tiled weights the tensor-core kernel
-  // with 1, 2, 4 or 8 row warps and either weight pipeline (up to
-  // kW4MmaMaxRows rows) against dequantize +
-  // cuBLASLt; on canonical weights the scalar GEMV (up to kW4GemvMaxRows rows;
-  // one row takes it untimed) against the same. More rows: dequantize into a
-  // scratch weight in the activation dtype and use cuBLASLt.
   void linear_quantized(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out) override {
     quantized_product(x, w, bias, out, false);
   }
 
-  // out (=|+=) x · dequantize(w)ᵀ (+ bias).
   void quantized_product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate) {
-    const int64_t m = x.dim(0), n = w.out_features, k = w.in_features;
-    if (x.dim(1) != k || out.dim(0) != m || out.dim(1) != n || out.dtype() != x.dtype() ||
-        reinterpret_cast<uintptr_t>(x.raw_data()) % 16 != 0) {
-      throw Error(ErrorKind::kInternal, fmt::format("cuda linear_quantized: {} · [{}, {}]ᵀ (4-bit) does not fit {}",
-                                                    x.describe(), n, k, out.describe()));
-    }
-    if (staging_) return;
-    const auto* qweight = static_cast<const uint32_t*>(w.qweight.raw_data());
-    dispatch(x.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T* bias_ptr = bias.defined() ? ptr<T>(bias) : nullptr;
-      // Candidates are timed into a scratch output (`out` may be the residual
-      // they add to), if it fits one that needs no allocation (gemm.h).
-      Tensor scratch;
-      auto timed = [&](const auto& run) {
-        return [&](size_t candidate) {
-          T* target = static_cast<T*>(gemm_->timing_output(out.nbytes()));
-          if (target == nullptr) {
-            if (!scratch.defined()) scratch = Tensor::empty(out.shape(), out.dtype(), *allocator_);
-            target = ptr<T>(scratch);
-          }
-          run(candidate, target, false);
-        };
-      };
-      auto dequantize_gemm = [&](auto dequantize, T* target, bool add) {
-        Tensor dense = Tensor::empty({n, k}, x.dtype(), *allocator_);  // stream-ordered: reused by the pool
-        dequantize(ptr<T>(dense));
-        gemm_->linear(x.raw_data(), dense.raw_data(), target, m, n, k, x.dtype(), out.dtype(), add);
-        if (bias.defined()) cuda::launch_add_bias<T>(target, bias_ptr, m, n, stream_);
-      };
-      if (w.backend_layout) {
-        if constexpr (std::is_same_v<T, float>) {
-          throw Error(ErrorKind::kInternal, "cuda linear_quantized: tiled 4-bit weights with f32 activations");
-        } else {
-          // Candidate 0: dequantize + cuBLASLt; then the kernel's pipelines and row warps
-          // (kW4Kernels; the shared-memory stages last, left out with TESSERA_W4_STAGES=0).
-          const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
-          auto run = [&](size_t candidate, T* target, bool add) {
-            if (candidate == 0) {
-              return dequantize_gemm([&](T* dense) {
-                cuda::launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_);
-              }, target, add);
-            }
-            const W4Kernel& kernel = kW4Kernels[candidate - 1];
-            cuda::launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
-                                      kernel.row_warps, kernel.pipeline, target, stream_, add);
-          };
-          const size_t candidates = m > cuda::kW4MmaMaxRows ? 1
-                                    : w4_stages_mode_ == 0 ? 1 + kW4KernelsWithoutStages
-                                                           : 1 + std::size(kW4Kernels);
-          run(w4_choice({m, n, k, x.dtype(), true}, candidates, false, timed(run)), ptr<T>(out), accumulate);
-        }
-      } else {
-        // Candidate 0: dequantize + cuBLASLt; 1: the scalar GEMV.
-        const auto* scales = static_cast<const __half*>(w.scales.raw_data());
-        const auto* zeros = static_cast<const uint8_t*>(w.zeros.raw_data());
-        auto run = [&](size_t candidate, T* target, bool add) {
-          if (candidate == 0) {
-            return dequantize_gemm([&](T* dense) {
-              cuda::launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, dense, stream_);
-            }, target, add);
-          }
-          cuda::launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias_ptr, m, n, k, w.group_size, target,
-                                     stream_, add);
-        };
-        run(w4_choice({m, n, k, x.dtype(), false}, m <= cuda::kW4GemvMaxRows ? 2 : 1, m == 1, timed(run)), ptr<T>(out),
-            accumulate);
-      }
-    });
+    w4_->product(x, w, bias, out, accumulate, staging_, capturing_);
   }
 
   bool supports_graphs() const override { return true; }
@@ -642,54 +519,6 @@ class CudaBackend final : public Backend {
   uint64_t graph_generation() const override { return graph_generation_; }
 
  private:
-  using W4Key = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // rows, out, in, activation dtype, tiled
-
-  // The tensor-core 4-bit kernel's variants a shape's first call times.
-  struct W4Kernel {
-    cuda::W4Pipeline pipeline;
-    int row_warps;
-  };
-  static constexpr W4Kernel kW4Kernels[] = {
-      {cuda::W4Pipeline::kRegisterBatches, 1}, {cuda::W4Pipeline::kRegisterBatches, 2},
-      {cuda::W4Pipeline::kRegisterBatches, 4}, {cuda::W4Pipeline::kRegisterBatches, 8},
-      {cuda::W4Pipeline::kRegisterDouble, 1},  {cuda::W4Pipeline::kRegisterDouble, 2},
-      {cuda::W4Pipeline::kSharedStages, 1},    {cuda::W4Pipeline::kSharedStages, 2},
-      {cuda::W4Pipeline::kSharedStages, 4},    {cuda::W4Pipeline::kSharedStages, 8},
-  };
-  static constexpr size_t kW4KernelsWithoutStages = 6;
-
-  // Tiles where the loaded kernel image has mma.sync for 16-bit operands.
-  bool uses_w4_tiles(const QuantizedWeight& w) const {
-    if (w4_tiles_mode_ == 0 || compute_dtype_ == DType::kF32) return false;
-    if (!cuda::w4_tiles_supported(w.in_features, w.group_size)) return false;
-    return kernel_capability_ >= 80;
-  }
-
-  // Index of the 4-bit candidate to run, of `count` (0 is dequantize +
-  // cuBLASLt; `run(i)` runs candidate i). Each shape's first call times them
-  // all (never while recording a graph: a shape recorded there has run
-  // before) and remembers the fastest; untimed_kernel takes candidate 1 as it
-  // is. TESSERA_W4_GEMV=1 times only the kernels that read the packed weights
-  // (tests: a kernel wherever one applies), 0 takes dequantize + cuBLASLt.
-  template <typename Run>
-  size_t w4_choice(const W4Key& key, size_t count, bool untimed_kernel, const Run& run) {
-    if (count == 1 || w4_gemv_mode_ == 0) return 0;
-    auto it = w4_choice_.find(key);
-    if (it != w4_choice_.end()) return it->second;
-    if (capturing_ || untimed_kernel) return 1;
-    size_t best = w4_gemv_mode_ == 1 ? 1 : 0;
-    double best_s = 1e30;
-    std::string timings;
-    for (size_t i = best; i < count; ++i) {
-      const double s = time_per_call([&] { run(i); }, 3);
-      timings += fmt::format(" {:.1f}", s * 1e6);
-      if (s < best_s) best = i, best_s = s;
-    }
-    log_debug("linear_quantized m={} n={} k={}{}: µs (dequantize + cublaslt, kernels){}: #{}", std::get<0>(key),
-              std::get<1>(key), std::get<2>(key), std::get<4>(key) ? " tiled" : "", timings, best);
-    return w4_choice_[key] = best;
-  }
-
   // `bytes` of host memory into `buffer` (grown as needed), for kernels that
   // run outside any graph.
   const void* upload_bytes(Tensor& buffer, const void* data, size_t bytes) {
@@ -775,13 +604,10 @@ class CudaBackend final : public Backend {
   Tensor sampled_ids_;                 // [rows] i32: sampled ids before their copy to the host
   Tensor sampling_rows_, logit_edits_; // bytes of a step's SamplingRows and LogitEdits (never read by graphs)
   PinnedStaging pinned_;               // to_host_f32's landing place
-  int w4_gemv_mode_ = -1;   // TESSERA_W4_GEMV: 1 a packed-weight kernel wherever one applies, 0 dequantize; -1 timed
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)
-  int w4_tiles_mode_ = -1;
-  int w4_stages_mode_ = -1;  // TESSERA_W4_STAGES=0: no shared-memory-stage candidates (to compare against)
   Tensor input_scratch_;     // formed_input's buffer
-  bool fuse_inputs_ = true;  // TESSERA_FUSED_INPUT=0: norms and SiLU·mul by their own ops (comparisons)  // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
-  std::map<W4Key, size_t> w4_choice_;  // per 4-bit shape: the candidate w4_choice picked
+  bool fuse_inputs_ = true;  // TESSERA_FUSED_INPUT=0: norms and SiLU·mul by their own ops (comparisons)
+  std::unique_ptr<cuda::W4Linear> w4_;  // the 4-bit linears
   Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
   Tensor decode_arrivals_;             // decode attention's arrival counters (int32, zero between launches)
   bool capturing_ = false;             // the stream records a graph: no uploads

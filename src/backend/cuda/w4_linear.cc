@@ -1,0 +1,155 @@
+#include "backend/cuda/w4_linear.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <iterator>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dtype_dispatch.h"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tessera::backend::cuda {
+
+W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
+                   TimePerCall time_per_call)
+    : stream_(stream),
+      allocator_(allocator),
+      gemm_(gemm),
+      compute_dtype_(compute_dtype),
+      kernel_capability_(kernel_capability),
+      time_per_call_(std::move(time_per_call)) {
+  if (const char* w4 = std::getenv("TESSERA_W4_GEMV")) gemv_mode_ = std::string(w4) == "1" ? 1 : 0;
+  if (const char* tiles = std::getenv("TESSERA_W4_TILES")) tiles_mode_ = std::string(tiles) == "0" ? 0 : 1;
+  if (const char* stages = std::getenv("TESSERA_W4_STAGES")) stages_mode_ = std::string(stages) == "0" ? 0 : 1;
+}
+
+template <typename Run>
+size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool capturing, const Run& run) {
+  if (count == 1 || gemv_mode_ == 0) return 0;
+  auto it = choices_.find(key);
+  if (it != choices_.end()) return it->second;
+  if (capturing || untimed_kernel) return 1;
+  size_t best = gemv_mode_ == 1 ? 1 : 0;
+  double best_s = 1e30;
+  std::string timings;
+  for (size_t i = best; i < count; ++i) {
+    const double s = time_per_call_([&] { run(i); }, 3);
+    timings += fmt::format(" {:.1f}", s * 1e6);
+    if (s < best_s) best = i, best_s = s;
+  }
+  log_debug("linear_quantized m={} n={} k={}{}: µs (dequantize + cublaslt, kernels){}: #{}", std::get<0>(key),
+            std::get<1>(key), std::get<2>(key), std::get<4>(key) ? " tiled" : "", timings, best);
+  return choices_[key] = best;
+}
+
+QuantizedWeight W4Linear::upload(const QuantizedWeight& host) {
+  check_quantized_weight(host, "upload_quantized_weight");
+  auto copy_up = [&](const Tensor& t) {
+    Tensor device = Tensor::empty(t.shape(), t.dtype(), allocator_);
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(device.raw_data(), t.raw_data(), t.nbytes(), cudaMemcpyHostToDevice, stream_));
+    return device;
+  };
+  QuantizedWeight device = host;
+  device.qweight = copy_up(host.qweight);
+  device.scales = copy_up(host.scales);
+  device.zeros = copy_up(host.zeros);
+  if (uses_tiles(host)) {
+    const int64_t n = host.out_features, k = host.in_features, g = host.group_size;
+    Tensor tiles = Tensor::empty({w4_tile_words(n, k)}, DType::kI32, allocator_);
+    Tensor scale_zero = Tensor::empty({w4_scale_zero_words(n, k, g)}, DType::kI32, allocator_);
+    launch_w4_tile(static_cast<const uint32_t*>(device.qweight.raw_data()),
+                   static_cast<const __half*>(device.scales.raw_data()),
+                   static_cast<const uint8_t*>(device.zeros.raw_data()), n, k, g,
+                   static_cast<uint32_t*>(tiles.raw_data()), static_cast<uint32_t*>(scale_zero.raw_data()), stream_);
+    device.qweight = std::move(tiles);
+    device.scales = std::move(scale_zero);
+    device.zeros = Tensor();
+    device.backend_layout = true;
+  }
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host parts may be freed on return
+  return device;
+}
+
+// out (=|+=) x · dequantize(w)ᵀ (+ bias).
+void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate,
+                       bool staging, bool capturing) {
+  const int64_t m = x.dim(0), n = w.out_features, k = w.in_features;
+  if (x.dim(1) != k || out.dim(0) != m || out.dim(1) != n || out.dtype() != x.dtype() ||
+      reinterpret_cast<uintptr_t>(x.raw_data()) % 16 != 0) {
+    throw Error(ErrorKind::kInternal, fmt::format("cuda linear_quantized: {} · [{}, {}]ᵀ (4-bit) does not fit {}",
+                                                  x.describe(), n, k, out.describe()));
+  }
+  if (staging) return;
+  const auto* qweight = static_cast<const uint32_t*>(w.qweight.raw_data());
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* bias_ptr = bias.defined() ? ptr<T>(bias) : nullptr;
+    // Candidates are timed into a scratch output (`out` may be the residual
+    // they add to), if it fits one that needs no allocation (gemm.h).
+    Tensor scratch;
+    auto timed = [&](const auto& run) {
+      return [&](size_t candidate) {
+        T* target = static_cast<T*>(gemm_.timing_output(out.nbytes()));
+        if (target == nullptr) {
+          if (!scratch.defined()) scratch = Tensor::empty(out.shape(), out.dtype(), allocator_);
+          target = ptr<T>(scratch);
+        }
+        run(candidate, target, false);
+      };
+    };
+    auto dequantize_gemm = [&](auto dequantize, T* target, bool add) {
+      Tensor dense = Tensor::empty({n, k}, x.dtype(), allocator_);  // stream-ordered: reused by the pool
+      dequantize(ptr<T>(dense));
+      gemm_.linear(x.raw_data(), dense.raw_data(), target, m, n, k, x.dtype(), out.dtype(), add);
+      if (bias.defined()) launch_add_bias<T>(target, bias_ptr, m, n, stream_);
+    };
+    if (w.backend_layout) {
+      if constexpr (std::is_same_v<T, float>) {
+        throw Error(ErrorKind::kInternal, "cuda linear_quantized: tiled 4-bit weights with f32 activations");
+      } else {
+        // Candidate 0: dequantize + cuBLASLt; then the kernel's pipelines and row warps
+        // (kKernels; the shared-memory stages last, left out with TESSERA_W4_STAGES=0).
+        const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
+        auto run = [&](size_t candidate, T* target, bool add) {
+          if (candidate == 0) {
+            return dequantize_gemm([&](T* dense) {
+              launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_);
+            }, target, add);
+          }
+          const Kernel& kernel = kKernels[candidate - 1];
+          launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, kernel.row_warps,
+                              kernel.pipeline, target, stream_, add);
+        };
+        const size_t candidates = m > kW4MmaMaxRows   ? 1
+                                  : stages_mode_ == 0 ? 1 + kKernelsWithoutStages
+                                                      : 1 + std::size(kKernels);
+        run(choice({m, n, k, x.dtype(), true}, candidates, false, capturing, timed(run)), ptr<T>(out), accumulate);
+      }
+    } else {
+      // Candidate 0: dequantize + cuBLASLt; 1: the scalar GEMV.
+      const auto* scales = static_cast<const __half*>(w.scales.raw_data());
+      const auto* zeros = static_cast<const uint8_t*>(w.zeros.raw_data());
+      auto run = [&](size_t candidate, T* target, bool add) {
+        if (candidate == 0) {
+          return dequantize_gemm([&](T* dense) {
+            launch_w4_dequantize<T>(qweight, scales, zeros, n, k, w.group_size, dense, stream_);
+          }, target, add);
+        }
+        launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias_ptr, m, n, k, w.group_size, target, stream_,
+                             add);
+      };
+      run(choice({m, n, k, x.dtype(), false}, m <= kW4GemvMaxRows ? 2 : 1, m == 1, capturing, timed(run)), ptr<T>(out),
+          accumulate);
+    }
+  });
+}
+
+}  // namespace tessera::backend::cuda

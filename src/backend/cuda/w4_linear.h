@@ -1,0 +1,96 @@
+// The CUDA backend's 4-bit (AWQ, W4A16) linears: the upload of a checkpoint's
+// packed weights (repacked into the tensor-core kernel's tiles where the
+// kernel image and the shape allow, w4a16.h) and out (=|+=) x · dequantize(w)ᵀ
+// by the fastest of the candidate kernels, timed at each shape's first call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <tuple>
+
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/w4a16.h"
+#include "backend/quantized_weight.h"
+#include "core/buffer.h"
+#include "core/tensor.h"
+
+namespace tessera::backend::cuda {
+
+class W4Linear {
+ public:
+  // Backend::time_per_call of the owning backend: seconds per call of fn.
+  using TimePerCall = std::function<double(const std::function<void()>& fn, int repeats)>;
+
+  // kernel_capability: what the loaded kernel image runs as (tiles need 8.0).
+  // Reads TESSERA_W4_GEMV, TESSERA_W4_TILES and TESSERA_W4_STAGES.
+  W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
+           TimePerCall time_per_call);
+
+  // Where the kernel image runs mma.sync on 16-bit activations (8.0 or
+  // newer) and the shape allows, the weight is repacked on the device into the
+  // tensor-core kernel's tiles (w4a16.h); otherwise the canonical layout, a
+  // plain copy, is what the scalar GEMV reads.
+  QuantizedWeight upload(const QuantizedWeight& host);
+
+  // The 4-bit paths, each shape's first call timing the candidates on the real
+  // operands and keeping the fastest: on tiled weights the tensor-core kernel's
+  // pipelines and row warps (kKernels; up to kW4MmaMaxRows rows) against
+  // dequantize + cuBLASLt; on canonical weights the scalar GEMV (up to kW4GemvMaxRows rows;
+  // one row takes it untimed) against the same. More rows: dequantize into a
+  // scratch weight in the activation dtype and use cuBLASLt.
+  // staging: uploads only, no kernels; capturing: the stream records a graph
+  // (no timing there: a shape recorded has run before).
+  void product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate,
+               bool staging, bool capturing);
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // rows, out, in, activation dtype, tiled
+
+  // The tensor-core 4-bit kernel's variants a shape's first call times.
+  struct Kernel {
+    W4Pipeline pipeline;
+    int row_warps;
+  };
+  static constexpr Kernel kKernels[] = {
+      {W4Pipeline::kRegisterBatches, 1}, {W4Pipeline::kRegisterBatches, 2},
+      {W4Pipeline::kRegisterBatches, 4}, {W4Pipeline::kRegisterBatches, 8},
+      {W4Pipeline::kRegisterDouble, 1},  {W4Pipeline::kRegisterDouble, 2},
+      {W4Pipeline::kSharedStages, 1},    {W4Pipeline::kSharedStages, 2},
+      {W4Pipeline::kSharedStages, 4},    {W4Pipeline::kSharedStages, 8},
+  };
+  static constexpr size_t kKernelsWithoutStages = 6;
+
+  // Tiles where the loaded kernel image has mma.sync for 16-bit operands.
+  bool uses_tiles(const QuantizedWeight& w) const {
+    if (tiles_mode_ == 0 || compute_dtype_ == DType::kF32) return false;
+    if (!w4_tiles_supported(w.in_features, w.group_size)) return false;
+    return kernel_capability_ >= 80;
+  }
+
+  // Index of the 4-bit candidate to run, of `count` (0 is dequantize +
+  // cuBLASLt; `run(i)` runs candidate i). Each shape's first call times them
+  // all (never while recording a graph: a shape recorded there has run
+  // before) and remembers the fastest; untimed_kernel takes candidate 1 as it
+  // is. TESSERA_W4_GEMV=1 times only the kernels that read the packed weights
+  // (tests: a kernel wherever one applies), 0 takes dequantize + cuBLASLt.
+  template <typename Run>
+  size_t choice(const Key& key, size_t count, bool untimed_kernel, bool capturing, const Run& run);
+
+
+  cudaStream_t stream_;
+  Allocator& allocator_;
+  Gemm& gemm_;
+  DType compute_dtype_;
+  int kernel_capability_;
+  TimePerCall time_per_call_;
+  int gemv_mode_ = -1;    // TESSERA_W4_GEMV: 1 a packed-weight kernel wherever one applies, 0 dequantize; -1 timed
+  int tiles_mode_ = -1;   // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
+  int stages_mode_ = -1;  // TESSERA_W4_STAGES=0: no shared-memory-stage candidates (to compare against)
+  std::map<Key, size_t> choices_;  // per 4-bit shape: the candidate choice() picked
+};
+
+}  // namespace tessera::backend::cuda
