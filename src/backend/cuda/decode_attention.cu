@@ -80,7 +80,11 @@ __device__ __forceinline__ int32_t piece_length(int32_t length, int num_splits) 
 // grid (num_splits, kv_heads * chunks_per_group, num_seqs), block kDecodeWarps warps.
 // partial [num_seqs, heads, num_splits, head_dim + 1]: normalised output, then lse;
 // arrivals [num_seqs, kv_heads * chunks_per_group], zero between launches.
-template <typename T, int kHeadDim>
+// kGroup: query heads a block holds in registers, the power of two at or
+// above the GQA group, at most kMaxGroup. Sized for 8 heads whatever the
+// group, the per-lane state took over 200 registers (two blocks an SM); a
+// group of 4 (InternLM2.5-7B) needs half.
+template <typename T, int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions,
                             const int32_t* __restrict__ block_tables, int32_t max_blocks_per_seq, int heads,
@@ -110,9 +114,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int32_t* table = block_tables + seq * max_blocks_per_seq;
   const int64_t qkv_size = int64_t(heads + 2 * kv_heads) * kHeadDim;
 
-  __shared__ float q_shared[kMaxGroup][kHeadDim];
-  __shared__ float m_shared[L::kRowGroups][kMaxGroup], l_shared[L::kRowGroups][kMaxGroup];
-  __shared__ float acc_shared[L::kRowGroups][kMaxGroup][kHeadDim];
+  __shared__ float q_shared[kGroup][kHeadDim];
+  __shared__ float m_shared[L::kRowGroups][kGroup], l_shared[L::kRowGroups][kGroup];
+  __shared__ float acc_shared[L::kRowGroups][kGroup][kHeadDim];
 
   const float scale = rsqrtf(static_cast<float>(kHeadDim));
   for (int i = threadIdx.x; i < count * kHeadDim; i += blockDim.x) {
@@ -120,9 +124,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
   __syncthreads();
 
-  float q[kMaxGroup][L::kPerLane], m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][L::kPerLane];
+  float q[kGroup][L::kPerLane], m[kGroup], l[kGroup], acc[kGroup][L::kPerLane];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < kGroup; ++g) {
     m[g] = -FLT_MAX;
     l[g] = 0.0f;
 #pragma unroll
@@ -170,7 +174,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         to_floats(vr[u][j], v + j * L::kVec, T{});
       }
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
+      for (int g = 0; g < kGroup; ++g) {
         if (g >= count) break;
         float dot = 0.0f;
 #pragma unroll
@@ -190,7 +194,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
 
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < kGroup; ++g) {
     if (g >= count) break;
     if (li == 0) {
       m_shared[row_group][g] = m[g];
@@ -240,8 +244,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   __syncthreads();
   if (!last_to_arrive) return;
   __threadfence();
-  __shared__ float weight_shared[kMaxGroup][kMaxSplits];
-  __shared__ float total_shared[kMaxGroup];
+  __shared__ float weight_shared[kGroup][kMaxSplits];
+  __shared__ float total_shared[kGroup];
   for (int i = threadIdx.x; i < count * used; i += blockDim.x) {
     const int g = i / used, s = i % used;
     weight_shared[g][s] = __ldcg(partial + ((seq * heads + head0 + g) * num_splits + s) * (kHeadDim + 1) + kHeadDim);
@@ -278,10 +282,16 @@ void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_t
   const int64_t chunks_per_group = (group + kMaxGroup - 1) / kMaxGroup;
   const dim3 grid(static_cast<unsigned>(num_splits), static_cast<unsigned>(kv_heads * chunks_per_group),
                   static_cast<unsigned>(num_seqs));
-  launch_after(decode_attention_kernel<T, kHeadDim>, grid, kDecodeWarps * 32, 0, stream,
-      qkv, positions, block_tables, max_blocks_per_seq, static_cast<int>(heads), static_cast<int>(kv_heads),
-      static_cast<int>(block_size), static_cast<int>(window), k_cache, v_cache, partial, arrivals, out,
-      early_successor_launch() && programmatic_launch_enabled());
+  auto launch = [&](auto kernel) {
+    launch_after(kernel, grid, kDecodeWarps * 32, 0, stream, qkv, positions, block_tables, max_blocks_per_seq,
+                 static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(block_size),
+                 static_cast<int>(window), k_cache, v_cache, partial, arrivals, out,
+                 early_successor_launch() && programmatic_launch_enabled());
+  };
+  if (group == 1) return launch(decode_attention_kernel<T, kHeadDim, 1>);
+  if (group == 2) return launch(decode_attention_kernel<T, kHeadDim, 2>);
+  if (group <= 4) return launch(decode_attention_kernel<T, kHeadDim, 4>);
+  launch(decode_attention_kernel<T, kHeadDim, kMaxGroup>);
 }
 
 }  // namespace
