@@ -268,18 +268,19 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 && !kDouble ? 3 : 1)  // 
 
 // The same product with the weights streamed through shared memory by
 // cp.async (sm_80 and newer), kStages stages of kStageChunks chunks ahead.
-// The batch-load kernel above holds its loads in registers and computes only
-// once a whole batch has arrived, so each warp's bytes in flight drop to zero
-// while it computes; and a register ring of loads consumed one by one lost to
+// The batch-load kernel above (one batch at a time) holds its loads in
+// registers and computes only once a whole batch has arrived, so each warp's
+// bytes in flight drop to zero while it computes; and a register ring of loads consumed one by one lost to
 // it (the hardware tracks few outstanding loads per warp, so the waits merge).
 // Copies into shared memory complete in groups the thread waits on, so a
 // warp keeps (kStages - 1) stages in flight all the time, in no registers.
 // Every lane reads back only what it copied itself: no barrier but the
 // thread's own cp.async.wait_group. Measured on the H200: no faster at one
 // row (the batch kernel wins each shape's timing there), a few per cent at 16
-// and 64 rows. What holds the 4-bit GEMVs well below the copy bandwidth is
-// the per-chunk work: with the same loads and no product they take half the
-// time (BENCHMARKS.md).
+// and 64 rows. What held the 4-bit GEMVs well below the copy bandwidth was
+// the per-chunk work (with the same loads and no product they took half the
+// time); the instructions a chunk have been cut by a third since
+// (BENCHMARKS.md), and the timing still keeps the register kernels at one row.
 constexpr int kStages = 4, kStageChunks = 2;
 
 template <int NT>
