@@ -32,6 +32,9 @@ section "7B shape: 16-bit and AWQ 4-bit decode at batch 1, 16, 64"
 "$tessera" bench decode --random internlm2_5-7b --device cuda --quant none awq --batch 1 16 64
 section "7B shape: the ops of one decode step"
 "$tessera" bench ops --random internlm2_5-7b --device cuda
+section "7B shape: the ops of a 4-bit decode step (with each 4-bit shape's candidate timings)"
+"$tessera" --log-level DEBUG bench ops --random internlm2_5-7b --device cuda --awq-group-size 128 --batch 1 2>&1 |
+  grep -v "linear m="
 if [ -n "$baseline" ]; then
   section "baseline: $baseline"
   PYTHONUNBUFFERED=1 python3 "$baseline"
