@@ -62,6 +62,20 @@ QuantizedWeight random_weight(int64_t out, int64_t in, int64_t group, uint32_t s
   return w;
 }
 
+// Which weights the upload tiles (host code: runs without a GPU too). The
+// kernels find a chunk's group by a shift, so a group must be a power of two
+// of 64-input chunks; other sizes keep the canonical layout.
+TEST(W4Tiles, OnlyGroupsOfAPowerOfTwoOfChunksAreTiled) {
+  EXPECT_TRUE(cuda::w4_tiles_supported(4096, 128));
+  EXPECT_TRUE(cuda::w4_tiles_supported(14336, 128));
+  EXPECT_TRUE(cuda::w4_tiles_supported(4096, 64));
+  EXPECT_TRUE(cuda::w4_tiles_supported(4096, 256));
+  EXPECT_FALSE(cuda::w4_tiles_supported(4608, 192)) << "3 chunks a group";
+  EXPECT_FALSE(cuda::w4_tiles_supported(4096, 32)) << "half a chunk a group";
+  EXPECT_FALSE(cuda::w4_tiles_supported(96, 32)) << "k not whole chunks";
+  EXPECT_FALSE(cuda::w4_tiles_supported(4160, 128)) << "k not whole groups";
+}
+
 class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
