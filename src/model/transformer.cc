@@ -238,24 +238,30 @@ void log_loaded(const ModelSpec& spec, const std::filesystem::path& model_dir,
 }
 }  // namespace
 
+CanonicalWeights HostModel::part(int64_t part) const {
+  TESSERA_CHECK(architecture != nullptr && checkpoint != nullptr);
+  return assemble_part(spec, *architecture, *checkpoint, part);
+}
+
 HostModel read_host_model(const std::filesystem::path& model_dir) {
-  auto start = std::chrono::steady_clock::now();
   HostModel model;
   model.spec = read_model_spec(model_dir);
-  const Architecture& arch = find_architecture(model.spec.architecture);
-  model.spec.qkv_bias = arch.qkv_bias;
-  Checkpoint checkpoint = Checkpoint::open(model_dir);
-  model.weights = assemble_weights(model.spec, arch, checkpoint);
-  log_loaded(model.spec, model_dir, start);
+  model.architecture = &find_architecture(model.spec.architecture);
+  model.spec.qkv_bias = model.architecture->qkv_bias;
+  model.checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(model_dir));
   return model;
 }
 
 std::unique_ptr<Transformer> make_transformer(const HostModel& model, backend::Backend& backend,
                                               comm::Communicator* comm) {
+  auto start = std::chrono::steady_clock::now();
   const int world = comm ? comm->world_size() : 1;
+  const bool first_rank = comm == nullptr || comm->rank() == 0;
   backend.check_supported({model.spec.head_dim, model.spec.num_heads, model.spec.num_kv_heads});
   TpShard shard = make_tp_shard(model.spec, comm ? comm->rank() : 0, world);
-  ModelWeights weights = upload_weights(model.spec, model.weights, shard, backend);
+  ModelWeights weights = upload_weights(
+      model.spec, [&](int64_t part) { return model.part(part); }, shard, backend, first_rank);
+  if (first_rank) log_loaded(model.spec, model.checkpoint->dir(), start);
   return std::make_unique<Transformer>(model.spec, shard, std::move(weights), backend, world > 1 ? comm : nullptr);
 }
 

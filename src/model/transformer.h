@@ -111,14 +111,22 @@ class Transformer {
 // Reads config.json, picks the architecture, loads and checks the weights.
 std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model_dir, backend::Backend& backend);
 
-// A model read once into host memory (f32), from which every tensor-parallel
-// rank makes its shard.
+// A model opened once, from which every tensor-parallel rank makes its
+// shard: the spec and the memory-mapped checkpoint. Each rank assembles the
+// canonical weights one part at a time (weights.h), so the host holds a
+// layer in f32 per loading rank, never the whole model.
 struct HostModel {
   ModelSpec spec;
-  CanonicalWeights weights;
+  const Architecture* architecture = nullptr;
+  std::shared_ptr<const Checkpoint> checkpoint;
+
+  // One part's canonical weights (a layer, or kGlobalWeights), assembled and
+  // checked now. Safe to call from several threads at once.
+  CanonicalWeights part(int64_t part) const;
 };
 
-// Reads config.json, picks the architecture, assembles and checks the weights.
+// Reads config.json, picks the architecture and opens the checkpoint; the
+// weights are read and checked as each rank uploads them.
 HostModel read_host_model(const std::filesystem::path& model_dir);
 
 // Rank comm->rank() of comm->world_size() on `backend`, or the whole model

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 
@@ -176,33 +177,87 @@ class WeightAssembler {
 
 }  // namespace
 
-CanonicalWeights assemble_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint) {
+CanonicalWeights assemble_part(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint,
+                               int64_t part) {
+  if (part != kGlobalWeights && (part < 0 || part >= spec.num_layers)) {
+    throw Error(ErrorKind::kInternal, fmt::format("weights: no layer {} in a {}-layer model", part, spec.num_layers));
+  }
   WeightAssembler assembler(spec, checkpoint);
   for (const WeightSource& source : arch.sources) {
     const bool per_layer = source.checkpoint_pattern.find("{L}") != std::string::npos;
-    const int64_t count = per_layer ? spec.num_layers : 1;
-    for (int64_t layer = 0; layer < count; ++layer) {
-      const std::string source_name = with_layer(source.checkpoint_pattern, layer);
-      if (source.optional && !checkpoint.contains(source_name)) continue;
-      if (source.canonical_pattern == "lm_head" && spec.tie_word_embeddings) continue;
-      assembler.fill(with_layer(source.canonical_pattern, layer), source.part, source_name);
-    }
+    if (per_layer != (part != kGlobalWeights)) continue;
+    const int64_t layer = per_layer ? part : 0;
+    const std::string source_name = with_layer(source.checkpoint_pattern, layer);
+    if (source.optional && !checkpoint.contains(source_name)) continue;
+    if (source.canonical_pattern == "lm_head" && spec.tie_word_embeddings) continue;
+    assembler.fill(with_layer(source.canonical_pattern, layer), source.part, source_name);
   }
   CanonicalWeights weights = assembler.take_all();
-  if (!weights.contains("lm_head") && !spec.tie_word_embeddings) {
+  if (part == kGlobalWeights && !weights.contains("lm_head") && !spec.tie_word_embeddings) {
     log_warning("{}: no LM head tensor in the checkpoint; using the embeddings (tied)", checkpoint.dir().string());
   }
   return weights;
 }
 
+CanonicalWeights assemble_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint) {
+  CanonicalWeights weights = assemble_part(spec, arch, checkpoint, kGlobalWeights);
+  for (int64_t layer = 0; layer < spec.num_layers; ++layer) weights.merge(assemble_part(spec, arch, checkpoint, layer));
+  return weights;
+}
+
+namespace {
+
+// Logs the upload's progress at most every kEvery seconds (the caller logs its end).
+class UploadProgress {
+ public:
+  UploadProgress(const ModelSpec& spec, const backend::Backend& backend, bool enabled)
+      : spec_(spec), device_(backend.device().to_string()), enabled_(enabled) {}
+
+  void add(const Tensor& uploaded) {
+    if (uploaded.defined()) bytes_ += static_cast<double>(uploaded.nbytes());
+  }
+  void add(const backend::QuantizedWeight& uploaded) {
+    add(uploaded.qweight);
+    add(uploaded.scales);
+    add(uploaded.zeros);
+  }
+  void layer_done(int64_t layers) {
+    if (!enabled_ || seconds() < next_) return;
+    next_ = seconds() + kEvery;
+    log_info("loading weights onto {}: {}/{} layers, {:.1f} GB, {:.0f} s", device_, layers, spec_.num_layers,
+             bytes_ / 1e9, seconds());
+  }
+
+ private:
+  static constexpr double kEvery = 5.0;
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+  const ModelSpec& spec_;
+  std::string device_;
+  bool enabled_;
+  double bytes_ = 0, next_ = kEvery;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
 ModelWeights upload_weights(const ModelSpec& spec, const CanonicalWeights& weights, const TpShard& shard,
                             backend::Backend& backend) {
+  return upload_weights(spec, [&](int64_t) { return weights; }, shard, backend);
+}
+
+ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, const TpShard& shard,
+                            backend::Backend& backend, bool log_progress) {
+  UploadProgress progress(spec, backend, log_progress);
+  CanonicalWeights weights = parts(kGlobalWeights);
   auto find = [&](const std::string& name) {
     auto it = weights.find(name);
     return it == weights.end() ? Tensor() : it->second;
   };
   auto upload = [&](const std::string& name, const Tensor& full) {
-    return backend.upload_weight(shard_weight(spec, shard, name, full));
+    Tensor device = backend.upload_weight(shard_weight(spec, shard, name, full));
+    progress.add(device);
+    return device;
   };
   ModelWeights out;
   out.embed = upload("embed", find("embed"));
@@ -216,6 +271,7 @@ ModelWeights upload_weights(const ModelSpec& spec, const CanonicalWeights& weigh
     out.lm_head = upload("lm_head", find("embed"));  // tied: this rank's rows of the embeddings
   }
   for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+    weights = parts(layer);  // the previous part's host tensors are freed here
     auto take = [&](const char* part) {
       const std::string name = with_layer(std::string("layers.{L}.") + part, layer);
       Tensor full = find(name);
@@ -244,8 +300,10 @@ ModelWeights upload_weights(const ModelSpec& spec, const CanonicalWeights& weigh
       backend::check_quantized_weight(q, name);
       if (backend.supports_quantized_linear()) {
         packed = backend.upload_quantized_weight(q);
+        progress.add(packed);
       } else {
         dense = backend.upload_weight(backend::dequantize_weight(q));
+        progress.add(dense);
       }
     };
     take_quantized("qkv", lw.qkv, lw.qkv_w4);
@@ -253,13 +311,16 @@ ModelWeights upload_weights(const ModelSpec& spec, const CanonicalWeights& weigh
     take_quantized("gate_up", lw.gate_up, lw.gate_up_w4);
     take_quantized("down", lw.down, lw.down_w4);
     out.layers.push_back(std::move(lw));
+    progress.layer_done(layer + 1);
   }
   return out;
 }
 
 ModelWeights load_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint,
                           backend::Backend& backend) {
-  return upload_weights(spec, assemble_weights(spec, arch, checkpoint), make_tp_shard(spec, 0, 1), backend);
+  return upload_weights(
+      spec, [&](int64_t part) { return assemble_part(spec, arch, checkpoint, part); }, make_tp_shard(spec, 0, 1),
+      backend, true);
 }
 
 }  // namespace tessera::model

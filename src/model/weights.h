@@ -4,6 +4,8 @@
 // num_heads, num_kv_heads, intermediate and vocab of the TpShard.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,19 +46,38 @@ struct ModelWeights {
 // ".scales" (f16) and ".zeros" (u8), in backend/quantized_weight.h's layout.
 using CanonicalWeights = std::map<std::string, Tensor>;
 
-// Assembles the canonical weights from a checkpoint using the architecture's
-// table, checking every shape and dtype against the spec. Throws
-// Error(kInvalidArgument) naming the file and the tensor on any mismatch.
-ModelWeights load_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint,
-                          backend::Backend& backend);
+// The loader moves the weights one part at a time, so the host holds one
+// layer in f32 at once, not the whole model (twice a 16-bit checkpoint's
+// size: 80 GB for a 20B model). A part is a layer index or kGlobalWeights
+// (embed, final_norm, lm_head).
+inline constexpr int64_t kGlobalWeights = -1;
 
-// The first half of load_weights: the checked host weights of the whole model.
+// The canonical weights of one part, made when asked for.
+using WeightParts = std::function<CanonicalWeights(int64_t part)>;
+
+// Assembles one part's canonical weights from a checkpoint using the
+// architecture's table, checking every shape and dtype against the spec.
+// Throws Error(kInvalidArgument) naming the file and the tensor on any mismatch.
+CanonicalWeights assemble_part(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint,
+                               int64_t part);
+
+// Every part at once: the checked host weights of the whole model (tools, tests).
 CanonicalWeights assemble_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint);
 
-// The second half: rank `shard`'s part of `weights` uploaded to `backend`
-// (the whole model when shard.world_size == 1). `weights` is only read, so
-// every rank may upload from the same map at once.
+// Rank `shard`'s part of the weights uploaded to `backend` (the whole model
+// when shard.world_size == 1), asking `parts` for one part at a time and
+// dropping it once uploaded. With `log_progress`, a line every few seconds
+// (layers done, bytes uploaded). `parts` may be called
+// by several ranks at once.
+ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, const TpShard& shard,
+                            backend::Backend& backend, bool log_progress = false);
+
+// The same from weights already assembled (only read: ranks may share them).
 ModelWeights upload_weights(const ModelSpec& spec, const CanonicalWeights& weights, const TpShard& shard,
                             backend::Backend& backend);
+
+// Streams a checkpoint onto one backend: assemble_part and upload_weights, part by part.
+ModelWeights load_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint,
+                          backend::Backend& backend);
 
 }  // namespace tessera::model

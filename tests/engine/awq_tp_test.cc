@@ -73,7 +73,7 @@ TEST_P(engineAwqTp, EveryValidTpGivesTheTokensAndLogitsOfTp1) {
   const auto dir = quantized_golden(GetParam(), 32);
   const model::HostModel model = model::read_host_model(dir);
   ASSERT_TRUE(model.spec.quantization.awq());
-  ASSERT_TRUE(model.weights.contains("layers.0.qkv.qweight"));
+  ASSERT_TRUE(model.part(0).contains("layers.0.qkv.qweight"));
   const std::vector<int32_t> prompt = {1, 17, 42, 99, 7, 63};
   const GreedyTokens reference = greedy(model, 1, prompt, 12);
   int tested = 0;

@@ -18,16 +18,17 @@ using namespace tessera;
 namespace {
 
 int dump_weights(const std::string& dir, const std::string& out) {
-  model::HostModel host = model::read_host_model(dir);
+  const model::HostModel host = model::read_host_model(dir);
+  const model::CanonicalWeights weights = model::assemble_weights(host.spec, *host.architecture, *host.checkpoint);
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, tensor] : host.weights) {
+  for (const auto& [name, tensor] : weights) {
     if (name.ends_with(".scales") || name.ends_with(".zeros")) continue;
     if (!name.ends_with(".qweight")) {
       tensors.emplace_back(name, tensor);
       continue;
     }
     const std::string base = name.substr(0, name.size() - 8);
-    backend::QuantizedWeight q{tensor, host.weights.at(base + ".scales"), host.weights.at(base + ".zeros"),
+    backend::QuantizedWeight q{tensor, weights.at(base + ".scales"), weights.at(base + ".zeros"),
                                tensor.dim(0), tensor.dim(1) * 8, 0};
     q.group_size = q.in_features / q.scales.dim(1);
     tensors.emplace_back(base, backend::dequantize_weight(q));
