@@ -161,7 +161,9 @@ void bench_fake(const BenchEngineArgs& args) {
   for (int64_t step = 0; step < args.steps && !scheduler.empty(); ++step) {
     const auto start = Clock::now();
     engine::StepPlan plan = scheduler.schedule();
-    std::vector<engine::SampleResult> sampled(plan.num_sampling(), engine::SampleResult{1});
+    engine::SampleResult token_one;
+    token_one.token = 1;
+    std::vector<engine::SampleResult> sampled(plan.num_sampling(), token_one);
     scheduler.update(plan, sampled);
     if (plan.num_tokens == args.batch) sched_us.push_back(micros(Clock::now() - start));
   }

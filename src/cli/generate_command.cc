@@ -121,7 +121,8 @@ int run_generate(const GenerateArgs& args) {
   }
   engine::GenerateOptions options;
   options.max_new_tokens = args.max_tokens;
-  options.sampling = {args.temperature, args.seed};
+  options.sampling.temperature = args.temperature;
+  options.sampling.seed = args.seed;
   if (!args.ignore_eos) options.stop_ids = spec.eos_token_ids;
 
   std::vector<int32_t> generated;

@@ -47,7 +47,9 @@ StepOutput CpuExecutor::execute(const StepPlan& plan) {
     out.token_ids = model_.forward_sample(batch, cache_, *plan.device_sampling);
     return out;
   }
-  return {model_.forward(batch, cache_)};
+  StepOutput out;
+  out.logits = model_.forward(batch, cache_);
+  return out;
 }
 
 }  // namespace tessera::engine

@@ -266,7 +266,9 @@ StepOutput TpExecutor::execute(const StepPlan& plan) {
     forward(batch);
     return {};
   }
-  return {forward(batch)};
+  StepOutput out;
+  out.logits = forward(batch);
+  return out;
 }
 
 }  // namespace tessera::engine

@@ -17,6 +17,13 @@
 namespace tessera::engine {
 namespace {
 
+SamplingParams sampling_at(float temperature, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.seed = seed;
+  return p;
+}
+
 class engineEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -139,7 +146,7 @@ TEST_F(engineEndToEnd, GreedyBatchedEqualsAlone) {
 TEST_F(engineEndToEnd, SeededSamplingBatchedEqualsAlone) {
   std::vector<SamplingParams> sampling;
   for (uint64_t seed : {1, 2, 3}) {
-    SamplingParams p{0.9f, seed};
+    SamplingParams p = sampling_at(0.9f, seed);
     p.top_k = static_cast<int32_t>(20 * seed);
     p.top_p = 0.95f;
     p.repetition_penalty = 1.1f;
@@ -151,7 +158,7 @@ TEST_F(engineEndToEnd, SeededSamplingBatchedEqualsAlone) {
 
 TEST_F(engineEndToEnd, PreemptedRequestsStillEqualAlone) {
   // 16 blocks of 4 tokens: the 7 requests (up to 42 tokens each) cannot all hold their blocks.
-  expect_batched_equals_alone({SamplingParams{}, SamplingParams{0.8f, 5}}, 16);
+  expect_batched_equals_alone({SamplingParams{}, sampling_at(0.8f, 5)}, 16);
   EXPECT_GT(stats_.preemptions, 0);
 }
 
@@ -196,7 +203,7 @@ TEST_F(engineEndToEnd, TheSameSeedGivesTheSameTokensAloneAndInABatchOtherSeedsDi
   auto sampled = [](uint64_t seed, std::vector<int32_t> prompt) {
     Request r;
     r.prompt = std::move(prompt);
-    r.sampling = SamplingParams{1.0f, seed};
+    r.sampling = sampling_at(1.0f, seed);
     r.max_tokens = 16;
     return r;
   };
