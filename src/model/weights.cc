@@ -241,11 +241,6 @@ class UploadProgress {
 
 }  // namespace
 
-ModelWeights upload_weights(const ModelSpec& spec, const CanonicalWeights& weights, const TpShard& shard,
-                            backend::Backend& backend) {
-  return upload_weights(spec, [&](int64_t) { return weights; }, shard, backend);
-}
-
 ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, const TpShard& shard,
                             backend::Backend& backend, bool log_progress) {
   UploadProgress progress(spec, backend, log_progress);
@@ -271,7 +266,8 @@ ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, con
     out.lm_head = upload("lm_head", find("embed"));  // tied: this rank's rows of the embeddings
   }
   for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
-    weights = parts(layer);  // the previous part's host tensors are freed here
+    weights.clear();  // the previous part's host tensors go before the next is read
+    weights = parts(layer);
     auto take = [&](const char* part) {
       const std::string name = with_layer(std::string("layers.{L}.") + part, layer);
       Tensor full = find(name);

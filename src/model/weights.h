@@ -67,14 +67,9 @@ CanonicalWeights assemble_weights(const ModelSpec& spec, const Architecture& arc
 // Rank `shard`'s part of the weights uploaded to `backend` (the whole model
 // when shard.world_size == 1), asking `parts` for one part at a time and
 // dropping it once uploaded. With `log_progress`, a line every few seconds
-// (layers done, bytes uploaded). `parts` may be called
-// by several ranks at once.
+// (layers done, bytes uploaded). `parts` may be called by several ranks at once.
 ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, const TpShard& shard,
                             backend::Backend& backend, bool log_progress = false);
-
-// The same from weights already assembled (only read: ranks may share them).
-ModelWeights upload_weights(const ModelSpec& spec, const CanonicalWeights& weights, const TpShard& shard,
-                            backend::Backend& backend);
 
 // Streams a checkpoint onto one backend: assemble_part and upload_weights, part by part.
 ModelWeights load_weights(const ModelSpec& spec, const Architecture& arch, const Checkpoint& checkpoint,
