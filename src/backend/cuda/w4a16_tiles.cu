@@ -270,8 +270,9 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 && !kDouble ? 3 : 1)  // 
 // cp.async (sm_80 and newer), kStages stages of kStageChunks chunks ahead.
 // The batch-load kernel above (one batch at a time) holds its loads in
 // registers and computes only once a whole batch has arrived, so each warp's
-// bytes in flight drop to zero while it computes; and a register ring of loads consumed one by one lost to
-// it (the hardware tracks few outstanding loads per warp, so the waits merge).
+// bytes in flight drop to zero while it computes; and a register ring of
+// loads consumed one by one lost to it (the hardware tracks few outstanding
+// loads per warp, so the waits merge).
 // Copies into shared memory complete in groups the thread waits on, so a
 // warp keeps (kStages - 1) stages in flight all the time, in no registers.
 // Every lane reads back only what it copied itself: no barrier but the
@@ -452,16 +453,16 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
   constexpr size_t shared = async_shared_bytes<NT>();
   static_assert(shared <= 48 * 1024, "more than the dynamic shared memory a launch gets without opting in");
   const bool early = early_successor_launch() && programmatic_launch_enabled();
-#define TESSERA_W4_MMA(RW)                                                                                       \
-  if (pipeline == W4Pipeline::kSharedStages) {                                                                   \
-    launch_after(w4a16_async_kernel<T, NT, RW>, blocks, kWarps * 32, shared, stream, x, tiles, scale_zero, bias, \
-                 m, n, n_pad, k, group_shift, out, accumulate, early);                                                   \
-  } else if (pipeline == W4Pipeline::kRegisterDouble) {                                                         \
-    launch_after(w4a16_mma_kernel<T, NT, RW, true>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, \
-                 m, n, n_pad, k, group_shift, out, accumulate, early);                                           \
-  } else {                                                                                                       \
-    launch_after(w4a16_mma_kernel<T, NT, RW, false>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, \
-                 m, n, n_pad, k, group_shift, out, accumulate, early);                                           \
+#define TESSERA_W4_MMA(RW)                                                                                 \
+  if (pipeline == W4Pipeline::kSharedStages) {                                                             \
+    launch_after(w4a16_async_kernel<T, NT, RW>, blocks, kWarps * 32, shared, stream, x, tiles, scale_zero, \
+                 bias, m, n, n_pad, k, group_shift, out, accumulate, early);                               \
+  } else if (pipeline == W4Pipeline::kRegisterDouble) {                                                    \
+    launch_after(w4a16_mma_kernel<T, NT, RW, true>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero,  \
+                 bias, m, n, n_pad, k, group_shift, out, accumulate, early);                               \
+  } else {                                                                                                 \
+    launch_after(w4a16_mma_kernel<T, NT, RW, false>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, \
+                 bias, m, n, n_pad, k, group_shift, out, accumulate, early);                               \
   }
   switch (row_warps) {
     case 1: TESSERA_W4_MMA(1); break;
