@@ -26,7 +26,7 @@ TEST(CommNccl, CollectivesOnEveryVisibleGpu) {
     threads.emplace_back([&, r] {
       try {
         auto backend = backend::make_cuda_backend(r, DType::kF32);
-        auto communicator = comm::make_nccl_communicator(id, r, world, r, nullptr, {std::chrono::seconds(60)});
+        auto communicator = comm::make_nccl_communicator(id, r, world, r, nullptr, comm::NcclCommOptions{std::chrono::seconds(60), nullptr});
         std::vector<float> values(count);
         for (int64_t i = 0; i < count; ++i) values[i] = static_cast<float>((i % 17) * (r + 1));
         Tensor data = backend->upload_weight(Tensor::from_f32(values, {count}));

@@ -25,7 +25,7 @@ TEST(CudaNccl, WorldOfOneRunsEveryCollective) {
   if (!usable()) GTEST_SKIP() << "needs NCCL and a GPU";
   auto backend = backend::make_cuda_backend(0, DType::kBF16);
   auto comm = comm::make_nccl_communicator(comm::make_nccl_unique_id(), 0, 1, 0, backend->stream_handle(),
-                                           {std::chrono::seconds(60)});
+                                           comm::NcclCommOptions{std::chrono::seconds(60), nullptr});
   EXPECT_EQ(comm->world_size(), 1);
   std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f};
   Tensor data = backend->upload_weight(Tensor::from_f32(values, {5}));
@@ -49,7 +49,7 @@ TEST(CudaNccl, ARankThatNeverComesFailsInitialisationAfterTheTimeout) {
   const auto start = Clock::now();
   try {
     comm::make_nccl_communicator(comm::make_nccl_unique_id(), 0, 2, 0, backend->stream_handle(),
-                                 {std::chrono::seconds(3)});
+                                 comm::NcclCommOptions{std::chrono::seconds(3), nullptr});
     ADD_FAILURE() << "a group of two started with one rank";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kCommFailure) << e.what();

@@ -122,7 +122,9 @@ TEST(DeviceSampling, EachSampledTokenIsOneNumberOfItsOwnGenerator) {
   EXPECT_EQ(seen.host_steps, 0);
   for (const backend::SamplingBatch& b : seen.batches) {
     for (const backend::SamplingRow& r : b.rows) {
-      if (r.temperature == 0.0f) EXPECT_EQ(r.uniform, 0.0);
+      if (r.temperature == 0.0f) {
+        EXPECT_EQ(r.uniform, 0.0);
+      }
     }
   }
 }
@@ -139,16 +141,30 @@ TEST(DeviceSampling, PenaltiesAndMasksArriveAsTheSamplersEdits) {
   masked.prompt = {1};  // the argmax is eos (2) at first: masked, so 3
   const auto tokens = run({penalised, masked}, &seen);
   ASSERT_FALSE(seen.batches.empty());
-  // The first step: the penalised request's edits are logit_edits of its prompt.
-  const backend::SamplingBatch& first = seen.batches.front();
-  ASSERT_EQ(first.rows.size(), 2u);
+  // The first row of each request (known by its temperature: the engine
+  // thread may take the second submission a step later than the first) and
+  // its edits: the penalised request's are logit_edits of its prompt, the
+  // masked request's mask eos.
+  auto first_edits = [&](bool sampled) {
+    for (const backend::SamplingBatch& b : seen.batches) {
+      for (size_t row = 0; row < b.rows.size(); ++row) {
+        if ((b.rows[row].temperature > 0.0f) != sampled) continue;
+        std::vector<backend::LogitEdit> edits;
+        for (const backend::LogitEdit& e : b.edits) {
+          if (e.row == static_cast<int32_t>(row)) edits.push_back(e);
+        }
+        return edits;
+      }
+    }
+    ADD_FAILURE() << "no row of the " << (sampled ? "penalised" : "masked") << " request";
+    return std::vector<backend::LogitEdit>{};
+  };
   std::vector<backend::LogitEdit> want =
       logit_edits(penalised.sampling, SampleInputs{penalised.prompt, {}, {}}, seen.vocab, 0);
-  std::vector<backend::LogitEdit> got;
+  const std::vector<backend::LogitEdit> got = first_edits(true);
   bool eos_masked = false;
-  for (const backend::LogitEdit& e : first.edits) {
-    if (e.row == 0) got.push_back(e);
-    if (e.row == 1 && e.id == 2 && e.masked != 0) eos_masked = true;
+  for (const backend::LogitEdit& e : first_edits(false)) {
+    if (e.id == 2 && e.masked != 0) eos_masked = true;
   }
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {

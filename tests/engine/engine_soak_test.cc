@@ -158,7 +158,9 @@ void soak(bool prefix_caching) {
   EXPECT_GT(reasons[FinishReason::kLength], 0);
   EXPECT_GT(reasons[FinishReason::kStop], 0);
   EXPECT_GT(stats.preemptions, 0);
-  if (prefix_caching) EXPECT_GT(stats.kv.prefix_hit_tokens, 0);
+  if (prefix_caching) {
+    EXPECT_GT(stats.kv.prefix_hit_tokens, 0);
+  }
 }
 
 TEST(engineSoak, ConcurrentSubmitsAndAbortsKeepThePoolConsistent) { soak(false); }

@@ -38,7 +38,9 @@ class FakeExecutor : public Executor {
       out[(last + 1) % vocab_] = 10.0f;
       out[(last + 2) % vocab_] = 5.0f;
     }
-    return {logits};
+    StepOutput out;
+    out.logits = logits;
+    return out;
   }
   int64_t vocab_size() const override { return vocab_; }
 
