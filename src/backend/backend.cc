@@ -21,6 +21,13 @@ std::vector<int32_t> Backend::sample_rows(Tensor& logits, const SamplingBatch& s
 }
 
 // The separate ops, each into a temporary where the fused call has none.
+void Backend::rope_attention(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq,
+                             float attention_scaling, const AttentionBatch& batch, PagedKvLayer& cache,
+                             int64_t block_size, Tensor& out) {
+  rope_and_cache_write(qkv, num_heads, inv_freq, attention_scaling, batch, cache, block_size);
+  paged_attention(qkv, num_heads, batch, cache, block_size, out);
+}
+
 void Backend::fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight,
                            const QuantizedWeight& packed, const Tensor& bias, Tensor& out) {
   Tensor input = x;

@@ -119,6 +119,13 @@ class Backend {
   //   qkv [n, qkv_size] (only the q part is read), out [n, num_heads * head_dim]
   virtual void paged_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch,
                                const PagedKvLayer& cache, int64_t block_size, Tensor& out) = 0;
+  // rope_and_cache_write, then paged_attention: one op, so that a backend may
+  // run both in one kernel where the step allows (CUDA: steps of decode tokens
+  // only). qkv's q and k parts are then left unrotated (the rotated k is in
+  // the cache); the default runs the two ops.
+  virtual void rope_attention(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq,
+                              float attention_scaling, const AttentionBatch& batch, PagedKvLayer& cache,
+                              int64_t block_size, Tensor& out);
   // out (=|+=) fusion's input(x) · Wᵀ (+ bias), W the 16-bit `weight` or, where
   // defined, the 4-bit `packed` one. The default runs the separate ops.
   virtual void fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight,

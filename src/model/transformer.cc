@@ -207,10 +207,15 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
     const LayerWeights& w = weights_.layers[layer];
     backend::PagedKvLayer& kv = cache.layers[layer];
     project(residual, normed_by(w.attn_norm), w.qkv, w.qkv_w4, w.qkv_bias, qkv, &pending);
-    backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
-                                  cache.block_size);
-    trace("qkv_rope", layer, qkv);
-    backend_.paged_attention(qkv, shard_.num_heads, layer_batch, kv, cache.block_size, attn_out);
+    if (trace_) {  // the rotated q and k are traced: the separate ops
+      backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
+                                    cache.block_size);
+      trace("qkv_rope", layer, qkv);
+      backend_.paged_attention(qkv, shard_.num_heads, layer_batch, kv, cache.block_size, attn_out);
+    } else {
+      backend_.rope_attention(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv, cache.block_size,
+                              attn_out);
+    }
     trace("attention", layer, attn_out);
     project_into_residual(attn_out, {}, w.o, w.o_w4, residual, partial, pending);  // residual += attention
     project(residual, normed_by(w.ffn_norm), w.gate_up, w.gate_up_w4, Tensor(), gate_up, &pending);

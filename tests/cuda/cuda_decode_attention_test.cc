@@ -4,14 +4,16 @@
 // 4, 7 and 16 query heads (groups over 8 take several thread blocks), sliding
 // windows; through Backend::paged_attention (the plan the backend picks) and
 // through the launcher with forced splits, including splits that cover no key
-// at all (what a CUDA graph captured for longer contexts launches). A planted
-// wrong value must be caught. ctest label: gpu.
+// at all (what a CUDA graph captured for longer contexts launches); with RoPE
+// inside the kernel against the CPU's RoPE and cache write. A planted wrong
+// value must be caught. ctest label: gpu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -130,10 +132,10 @@ TEST_P(CudaDecodeAttention, BackendMatchesTheCpuKernel) {
 
 template <typename T>
 void launch(const void* qkv, const int32_t* positions, const int32_t* tables, const AttentionBatch& b, const Case& c,
-            cuda::DecodeSplits splits, const void* k, const void* v, float* partial, int32_t* arrivals, void* out) {
+            cuda::DecodeSplits splits, void* k, void* v, float* partial, int32_t* arrivals, void* out) {
   cuda::launch_decode_attention<T>(static_cast<const T*>(qkv), positions, tables, b.max_blocks_per_seq, b.num_seqs(),
                                    c.heads, c.kv_heads, c.head_dim, c.block_size, c.window, splits,
-                                   static_cast<const T*>(k), static_cast<const T*>(v), partial, arrivals, static_cast<T*>(out),
+                                   static_cast<T*>(k), static_cast<T*>(v), partial, arrivals, static_cast<T*>(out),
                                    nullptr);
 }
 
@@ -184,6 +186,52 @@ TEST_P(CudaDecodeAttention, ForcedSplitsIncludingEmptyOnesMatchTheCpuKernel) {
     }
     cudaFree(positions);
     cudaFree(tables);
+  }
+}
+
+Tensor copy_of(const Tensor& host) {
+  return Tensor::from_f32(std::vector<float>(host.data<float>(), host.data<float>() + host.numel()), host.shape());
+}
+
+// Backend::rope_attention (RoPE inside the split-K kernel on the GPU) against
+// the CPU's rope_and_cache_write + paged_attention: the output, and both
+// caches (the new tokens' rotated k and their v written, nothing else moved),
+// with per-sequence frequencies (dynamic NTK gives each its own) and an
+// attention scaling.
+TEST_P(CudaDecodeAttention, RopeInsideTheKernelMatchesTheCpuOps) {
+  uint32_t seed = 700;
+  int index = 0;
+  for (const Case& c : kCases) {
+    Setup s = make(c, seed += 10);
+    const int64_t seqs = s.batch.num_seqs(), half = c.head_dim / 2;
+    std::vector<float> inv_freq(seqs * half);
+    for (int64_t q = 0; q < seqs; ++q) {
+      for (int64_t i = 0; i < half; ++i) {
+        inv_freq[q * half + i] = std::pow(10000.0f * (1.0f + 0.5f * q), -2.0f * i / c.head_dim);
+      }
+    }
+    const float scaling = index++ % 3 == 2 ? 1.2f : 1.0f;
+    Tensor cpu_qkv = copy_of(s.qkv), cpu_keys = copy_of(s.keys), cpu_values = copy_of(s.values);
+    PagedKvLayer cpu_cache{cpu_keys, cpu_values};
+    Tensor expected = Tensor::empty(s.expected.shape(), DType::kF32);
+    cpu_->prepare(s.batch);
+    cpu_->rope_and_cache_write(cpu_qkv, c.heads, inv_freq, scaling, s.batch, cpu_cache, c.block_size);
+    cpu_->paged_attention(cpu_qkv, c.heads, s.batch, cpu_cache, c.block_size, expected);
+
+    PagedKvLayer gpu_cache{cuda_->upload_weight(s.keys), cuda_->upload_weight(s.values)};
+    Tensor gpu_qkv = cuda_->upload_weight(s.qkv);
+    Tensor out = Tensor::empty(s.expected.shape(), dtype_, cuda_->allocator());
+    cuda_->prepare(s.batch);
+    cuda_->rope_attention(gpu_qkv, c.heads, inv_freq, scaling, s.batch, gpu_cache, c.block_size, out);
+    const std::pair<Tensor, const Tensor*> results[] = {{cuda_->to_host_f32(out), &expected},
+                                                        {cuda_->to_host_f32(gpu_cache.keys), &cpu_keys},
+                                                        {cuda_->to_host_f32(gpu_cache.values), &cpu_values}};
+    const char* what[] = {"output", "keys", "values"};
+    for (int r = 0; r < 3; ++r) {
+      const Tensor& got = results[r].first;
+      auto cmp = testing::compare(got.data<float>(), results[r].second->data<float>(), static_cast<size_t>(got.numel()));
+      EXPECT_TRUE(close_enough(cmp, dtype_)) << name(c) << " " << what[r] << ": " << cmp.describe();
+    }
   }
 }
 

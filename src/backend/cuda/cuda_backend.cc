@@ -108,6 +108,7 @@ class CudaBackend final : public Backend {
       use_split_decode_ = std::string(kernel) != "per_query";
     }
     if (const char* fused = std::getenv("TESSERA_FUSED_INPUT")) fuse_inputs_ = std::string(fused) != "0";
+    if (const char* fused = std::getenv("TESSERA_FUSED_ROPE")) fuse_rope_ = std::string(fused) != "0";
     w4_ = std::make_unique<cuda::W4Linear>(stream_, *allocator_, *gemm_, compute_dtype_, kernel_capability_,
                                            [this](const std::function<void()>& fn, int repeats) {
                                              return time_per_call(fn, repeats);
@@ -311,13 +312,19 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void rope_and_cache_write(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq, float attention_scaling,
-                            const AttentionBatch& batch, PagedKvLayer& cache, int64_t block_size) override {
-    expect_prepared(batch);
+  // The frequencies on the device; a graph being recorded finds them there
+  // (its shape ran before with the same ones).
+  void upload_inv_freq(const std::vector<float>& inv_freq) {
     if (inv_freq != inv_freq_host_ && !capturing_) {
       inv_freq_host_ = inv_freq;
       inv_freq_ = upload(inv_freq_buffer_, inv_freq);
     }
+  }
+
+  void rope_and_cache_write(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq, float attention_scaling,
+                            const AttentionBatch& batch, PagedKvLayer& cache, int64_t block_size) override {
+    expect_prepared(batch);
+    upload_inv_freq(inv_freq);
     if (staging_) return;
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
@@ -328,12 +335,28 @@ class CudaBackend final : public Backend {
     });
   }
 
+  // Steps of decode tokens only rotate inside the split-K kernel (one kernel
+  // fewer a layer); others run the two ops.
+  void rope_attention(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq, float attention_scaling,
+                      const AttentionBatch& batch, PagedKvLayer& cache, int64_t block_size, Tensor& out) override {
+    expect_prepared(batch);
+    if (!fuse_rope_ || !split_decode_step(batch)) {
+      return Backend::rope_attention(qkv, num_heads, inv_freq, attention_scaling, batch, cache, block_size, out);
+    }
+    upload_inv_freq(inv_freq);
+    decode_attention(qkv, num_heads, batch, cache, block_size, out, cuda::DecodeRope{inv_freq_, attention_scaling});
+  }
+
+  static constexpr int32_t kTiledFrom = 2;  // new tokens of a sequence from which attention takes the tiled kernel
+  bool split_decode_step(const AttentionBatch& batch) const {
+    return max_new_tokens_ < kTiledFrom && use_split_decode_ && batch.num_tokens() == batch.num_seqs();
+  }
+
   void paged_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                        int64_t block_size, Tensor& out) override {
     expect_prepared(batch);
     // A step of decode tokens only (one per sequence) takes the split-K kernel;
     // anything with a prefill chunk takes the tiled one.
-    constexpr int32_t kTiledFrom = 2;
     if (max_new_tokens_ >= kTiledFrom) {
       if (staging_) return;
       dispatch(compute_dtype_, [&](auto tag) {
@@ -346,8 +369,8 @@ class CudaBackend final : public Backend {
       });
       return;
     }
-    if (use_split_decode_ && batch.num_tokens() == batch.num_seqs()) {
-      decode_attention(qkv, num_heads, batch, cache, block_size, out);
+    if (split_decode_step(batch)) {
+      decode_attention(qkv, num_heads, batch, cache, block_size, out, {});
       return;
     }
     if (staging_) return;
@@ -538,7 +561,7 @@ class CudaBackend final : public Backend {
 
   // A step of decode tokens only: split-K attention, GQA groups sharing K/V reads.
   void decode_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
-                        int64_t block_size, Tensor& out) {
+                        int64_t block_size, Tensor& out, const cuda::DecodeRope& rope) {
     const int64_t seqs = batch.num_seqs(), kv_heads = cache.keys.dim(1), head_dim = cache.keys.dim(3);
     // A recorded graph serves every context its block tables can hold: plan for all of it.
     const int64_t context = graph_shapes_ ? int64_t{batch.max_blocks_per_seq} * block_size : decode_max_context_;
@@ -567,7 +590,7 @@ class CudaBackend final : public Backend {
       cuda::launch_decode_attention<T>(ptr<T>(qkv), positions_, block_tables_, batch.max_blocks_per_seq, seqs,
                                        num_heads, kv_heads, head_dim, block_size, batch.sliding_window, splits,
                                        ptr<T>(cache.keys), ptr<T>(cache.values), partial, arrivals, ptr<T>(out),
-                                       stream_);
+                                       stream_, rope);
     });
   }
 
@@ -607,6 +630,7 @@ class CudaBackend final : public Backend {
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)
   Tensor input_scratch_;     // formed_input's buffer
   bool fuse_inputs_ = true;  // TESSERA_FUSED_INPUT=0: norms and SiLU·mul by their own ops (comparisons)
+  bool fuse_rope_ = true;    // TESSERA_FUSED_ROPE=0: decode steps' RoPE by its own kernel (comparisons)
   std::unique_ptr<cuda::W4Linear> w4_;  // the 4-bit linears
   Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
   Tensor decode_arrivals_;             // decode attention's arrival counters (int32, zero between launches)

@@ -88,11 +88,9 @@ template <typename T, int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions,
                             const int32_t* __restrict__ block_tables, int32_t max_blocks_per_seq, int heads,
-                            int kv_heads, int block_size, int window, const T* __restrict__ k_cache,
-                            const T* __restrict__ v_cache, float* partial, int32_t* arrivals,
-                            T* __restrict__ out, bool early) {
-  wait_for_previous_kernel();
-  if (early) allow_next_kernel();  // few blocks: the next GEMV's can load weights beside them
+                            int kv_heads, int block_size, int window, T* k_cache, T* v_cache, float* partial,
+                            int32_t* arrivals, T* __restrict__ out, const float* __restrict__ inv_freq,
+                            float rope_scaling, bool early) {
   using L = Layout<T, kHeadDim>;
   const int split = blockIdx.x, num_splits = gridDim.x;
   const int group = heads / kv_heads;
@@ -114,15 +112,99 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int32_t* table = block_tables + seq * max_blocks_per_seq;
   const int64_t qkv_size = int64_t(heads + 2 * kv_heads) * kHeadDim;
 
+  // kUnroll row steps per pass: every K/V load of the pass is issued before the
+  // first dot product, so a split of a short context waits for memory once,
+  // not once per row step (at batch 1 the loads' latency is the kernel's time).
+  constexpr int kStep = kDecodeWarps * L::kRowsPerWarp, kUnroll = L::kLoads == 1 ? 4 : 2;
+  uint4 kr[kUnroll][L::kLoads], vr[kUnroll][L::kLoads];
+  // The pass's K/V rows but position `skip`'s (zeros past `end` and there).
+  auto load_pass = [&](int32_t pass, int32_t skip) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t p = pass + u * kStep + row_in_warp;
+      const bool wanted = p < end && p != skip;
+      const int64_t row =
+          wanted ? ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim : 0;
+#pragma unroll
+      for (int j = 0; j < L::kLoads; ++j) {
+        const int chunk = j * L::kLanes + li;
+        kr[u][j] = vr[u][j] = make_uint4(0, 0, 0, 0);
+        if (wanted && chunk < L::kChunks) {
+          kr[u][j] = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
+          vr[u][j] = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
+        }
+      }
+    }
+  };
+  // The first pass is loaded before the wait: the positions, the block table
+  // and every cached row but the new token's were written before the
+  // previous kernel began (launch.cuh), so their latency hides behind it.
+  // The new token's row is written by that kernel (RoPE) or by this one.
+  const int32_t first_pass = begin + warp * L::kRowsPerWarp;
+  load_pass(first_pass, last);
+  wait_for_previous_kernel();
+  if (early) allow_next_kernel();  // few blocks: the next GEMV's can load weights beside them
+
   __shared__ float q_shared[kGroup][kHeadDim];
   __shared__ float m_shared[L::kRowGroups][kGroup], l_shared[L::kRowGroups][kGroup];
   __shared__ float acc_shared[L::kRowGroups][kGroup][kHeadDim];
 
   const float scale = rsqrtf(static_cast<float>(kHeadDim));
-  for (int i = threadIdx.x; i < count * kHeadDim; i += blockDim.x) {
-    q_shared[i / kHeadDim][i % kHeadDim] = to_float(qkv[seq * qkv_size + int64_t(head0) * kHeadDim + i]) * scale;
+  const T* q_row = qkv + seq * qkv_size + int64_t(head0) * kHeadDim;
+  if (inv_freq == nullptr) {
+    for (int i = threadIdx.x; i < count * kHeadDim; i += blockDim.x) {
+      q_shared[i / kHeadDim][i % kHeadDim] = to_float(q_row[i]) * scale;
+    }
+  } else {
+    // launch_rope_cache_write's rotation (the same f32 angle and rounding to
+    // T) of the block's q heads and, in the pieces that hold the new token,
+    // of its k, which goes to the cache with its v. Blocks of one KV head
+    // (groups over 8) write the same values.
+    constexpr int kHalf = kHeadDim / 2;
+    const float* freq = inv_freq + seq * kHalf;
+    const bool holds_new = begin <= last && last < end;
+    const int64_t new_row =
+        ((int64_t(table[last / block_size]) * kv_heads + kv) * block_size + last % block_size) * kHeadDim;
+    const T* k_new = qkv + seq * qkv_size + int64_t(heads + kv) * kHeadDim;
+    for (int i = threadIdx.x; i < (count + (holds_new ? 1 : 0)) * kHalf; i += blockDim.x) {
+      const int h = i / kHalf, d = i % kHalf;
+      float s, c;
+      sincosf(static_cast<float>(last) * freq[d], &s, &c);
+      c *= rope_scaling;
+      s *= rope_scaling;
+      const T* src = h < count ? q_row + h * kHeadDim : k_new;
+      const float x1 = to_float(src[d]), x2 = to_float(src[d + kHalf]);
+      const T r1 = from_float<T>(x1 * c - x2 * s), r2 = from_float<T>(x2 * c + x1 * s);
+      if (h < count) {
+        q_shared[h][d] = to_float(r1) * scale;
+        q_shared[h][d + kHalf] = to_float(r2) * scale;
+      } else {
+        k_cache[new_row + d] = r1;
+        k_cache[new_row + d + kHalf] = r2;
+      }
+    }
+    if (holds_new) {
+      const T* v_new = qkv + seq * qkv_size + int64_t(heads + kv_heads + kv) * kHeadDim;
+      for (int i = threadIdx.x; i < kHeadDim; i += blockDim.x) v_cache[new_row + i] = v_new[i];
+    }
   }
-  __syncthreads();
+  __syncthreads();  // q_shared, and the new row in the cache, for the whole block
+
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int32_t p = first_pass + u * kStep + row_in_warp;
+    if (p == last && p < end) {
+      const int64_t row = ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim;
+#pragma unroll
+      for (int j = 0; j < L::kLoads; ++j) {
+        const int chunk = j * L::kLanes + li;
+        if (chunk < L::kChunks) {
+          kr[u][j] = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
+          vr[u][j] = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
+        }
+      }
+    }
+  }
 
   float q[kGroup][L::kPerLane], m[kGroup], l[kGroup], acc[kGroup][L::kPerLane];
 #pragma unroll
@@ -140,29 +222,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     }
   }
 
-  // kUnroll row steps per pass: every K/V load of the pass is issued before the
-  // first dot product, so a split of a short context waits for memory once,
-  // not once per row step (at batch 1 the loads' latency is the kernel's time).
   // The loop bounds are the warp's, so every lane reaches the shuffles; rows
   // past `end` only skip updates.
-  constexpr int kStep = kDecodeWarps * L::kRowsPerWarp, kUnroll = L::kLoads == 1 ? 4 : 2;
-  for (int32_t pass = begin + warp * L::kRowsPerWarp; pass < end; pass += kUnroll * kStep) {
-    uint4 kr[kUnroll][L::kLoads], vr[kUnroll][L::kLoads];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int32_t p = pass + u * kStep + row_in_warp;
-      const int64_t row =
-          p < end ? ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim : 0;
-#pragma unroll
-      for (int j = 0; j < L::kLoads; ++j) {
-        const int chunk = j * L::kLanes + li;
-        kr[u][j] = vr[u][j] = make_uint4(0, 0, 0, 0);
-        if (p < end && chunk < L::kChunks) {
-          kr[u][j] = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
-          vr[u][j] = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
-        }
-      }
-    }
+  for (int32_t pass = first_pass; pass < end; pass += kUnroll * kStep) {
+    if (pass != first_pass) load_pass(pass, -1);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (pass + u * kStep >= end) break;  // the same for the whole warp
@@ -276,8 +339,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 template <typename T, int kHeadDim>
 void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_tables, int32_t max_blocks_per_seq,
                   int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window,
-                  int64_t num_splits, const T* k_cache, const T* v_cache, float* partial, int32_t* arrivals, T* out,
-                  cudaStream_t stream) {
+                  int64_t num_splits, T* k_cache, T* v_cache, float* partial, int32_t* arrivals, T* out,
+                  cudaStream_t stream, const DecodeRope& rope) {
   const int64_t group = heads / kv_heads;
   const int64_t chunks_per_group = (group + kMaxGroup - 1) / kMaxGroup;
   const dim3 grid(static_cast<unsigned>(num_splits), static_cast<unsigned>(kv_heads * chunks_per_group),
@@ -285,7 +348,7 @@ void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_t
   auto launch = [&](auto kernel) {
     launch_after(kernel, grid, kDecodeWarps * 32, 0, stream, qkv, positions, block_tables, max_blocks_per_seq,
                  static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(block_size),
-                 static_cast<int>(window), k_cache, v_cache, partial, arrivals, out,
+                 static_cast<int>(window), k_cache, v_cache, partial, arrivals, out, rope.inv_freq, rope.scaling,
                  early_successor_launch() && programmatic_launch_enabled());
   };
   if (group == 1) return launch(decode_attention_kernel<T, kHeadDim, 1>);
@@ -319,8 +382,8 @@ template <typename T>
 void launch_decode_attention(const T* qkv, const int32_t* positions, const int32_t* block_tables,
                              int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, int64_t block_size, int64_t window, const DecodeSplits& splits,
-                             const T* k_cache, const T* v_cache, float* partial, int32_t* arrivals, T* out,
-                             cudaStream_t stream) {
+                             T* k_cache, T* v_cache, float* partial, int32_t* arrivals, T* out, cudaStream_t stream,
+                             const DecodeRope& rope) {
   if (num_seqs == 0) return;
   if (splits.num_splits > 1 && (partial == nullptr || arrivals == nullptr)) {
     throw Error(ErrorKind::kInternal, "decode attention: several splits need a partial buffer and arrival counters");
@@ -331,7 +394,7 @@ void launch_decode_attention(const T* qkv, const int32_t* positions, const int32
 #define TESSERA_DECODE_CASE(D)                                                                                    \
   case D:                                                                                                         \
     launch_split<T, D>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads, block_size,   \
-                       window, splits.num_splits, k_cache, v_cache, partial, arrivals, out, stream);              \
+                       window, splits.num_splits, k_cache, v_cache, partial, arrivals, out, stream, rope);        \
     break;
   switch (head_dim) {
     TESSERA_DECODE_CASE(8)
@@ -351,8 +414,8 @@ void launch_decode_attention(const T* qkv, const int32_t* positions, const int32
 
 #define INSTANTIATE(T)                                                                                               \
   template void launch_decode_attention<T>(const T*, const int32_t*, const int32_t*, int32_t, int64_t, int64_t,     \
-                                           int64_t, int64_t, int64_t, int64_t, const DecodeSplits&, const T*,        \
-                                           const T*, float*, int32_t*, T*, cudaStream_t);
+                                           int64_t, int64_t, int64_t, int64_t, const DecodeSplits&, T*, T*, float*,  \
+                                           int32_t*, T*, cudaStream_t, const DecodeRope&);
 TESSERA_FOR_EACH_CUDA_TYPE(INSTANTIATE)
 #undef INSTANTIATE
 

@@ -68,10 +68,21 @@ DecodeSplits plan_decode_splits(int64_t num_seqs, int64_t heads, int64_t kv_head
 // (zeroed once when allocated; every launch leaves them zero).
 int64_t decode_arrival_counters(int64_t num_seqs, int64_t heads, int64_t kv_heads);
 
+// RoPE inside decode attention (launch_rope_cache_write's rotation, per
+// sequence s: positions[s] · inv_freq [num_seqs, head_dim / 2], times
+// scaling): q rotated where the kernel reads it, and the new token's k rotated
+// and written into the cache with its v by the blocks whose piece holds it.
+// inv_freq null: the q part is rotated and the cache holds the new token.
+struct DecodeRope {
+  const float* inv_freq = nullptr;
+  float scaling = 1.0f;
+};
+
 // Split-K paged attention for a step of decode tokens only: sequence s has one
 // new token, token s, at positions[s] (so token_seq is the identity). Same
-// result as launch_paged_attention; one thread block reads a KV head's rows
-// once for all its query heads (decode_attention.cu says how).
+// result as launch_paged_attention (after launch_rope_cache_write, with
+// `rope`); one thread block reads a KV head's rows once for all its query
+// heads (decode_attention.cu says how).
 //   qkv [num_seqs, qkv_size]; out [num_seqs, heads * head_dim]
 //   partial [num_seqs, heads, num_splits, head_dim + 1] f32 and
 //   arrivals [decode_arrival_counters(...)] int32 (both unused with one split)
@@ -79,8 +90,8 @@ template <typename T>
 void launch_decode_attention(const T* qkv, const int32_t* positions, const int32_t* block_tables,
                              int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, int64_t block_size, int64_t window, const DecodeSplits& splits,
-                             const T* k_cache, const T* v_cache, float* partial, int32_t* arrivals, T* out,
-                             cudaStream_t stream);
+                             T* k_cache, T* v_cache, float* partial, int32_t* arrivals, T* out, cudaStream_t stream,
+                             const DecodeRope& rope = {});
 
 // The same attention for prefill chunks: query tiles of up to 64 consecutive new
 // tokens of one sequence (tile_seq/tile_first/tile_count [num_tiles]) share

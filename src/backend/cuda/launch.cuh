@@ -8,7 +8,11 @@
 // (allow_next_kernel): decode attention and RoPE at their start (they use few
 // SMs), the GEMV after its weight loop; and the GEMV issues its first weight
 // loads (which no kernel writes) before it waits, so they are in flight while
-// the previous kernel finishes. Triggering at the start of every kernel, with
+// the previous kernel finishes. Every kernel triggers only after its own
+// wait, so a kernel that starts finds all work before its predecessor done:
+// what only earlier kernels and copies wrote (decode attention's cached rows
+// of earlier tokens, the positions and block tables) may be read before the
+// wait too. Triggering at the start of every kernel, with
 // nothing to do before the wait, was slower for 4-bit decode (3.03 against
 // 2.95 ms a step): the waiting blocks took room the running ones needed.
 // Where the device or the loaded kernel image is older than sm_90 (a
