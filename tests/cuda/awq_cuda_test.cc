@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -175,7 +176,8 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
   struct Case {
     int64_t n, k, group;
   };
-  const Case cases[] = {{40, 64, 64}, {1000, 384, 128}, {130, 1024, 64}, {4104, 4096, 128}, {512, 14336, 128}};
+  const Case cases[] = {{40, 64, 64},       {1000, 384, 128},   {130, 1024, 64},
+                        {264, 1024, 256},   {4104, 4096, 128},  {512, 14336, 128}};
   uint32_t seed = 100;
   for (const Case& s : cases) {
     const QuantizedWeight w = random_weight(s.n, s.k, s.group, seed++);
@@ -189,18 +191,28 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
       Tensor gx = cuda_->upload_weight(x), gbias = cuda_->upload_weight(bias);
       constexpr cuda::W4Pipeline kPipelines[] = {cuda::W4Pipeline::kRegisterBatches,
                                                  cuda::W4Pipeline::kRegisterDouble, cuda::W4Pipeline::kSharedStages};
-      for (int variant = 0; variant < 12; ++variant) {
+      constexpr int kGroupSums = static_cast<int>(std::size(cuda::kW4GroupSumsKernels));
+      // Within the group-sum kernels' shared memory and group sizes.
+      const bool group_sums = m <= 8 && m * s.k <= 16384 && s.group <= 128;
+      ASSERT_EQ(cuda::w4_group_sums_supported(m, s.k, s.group), group_sums) << "m " << m << " k " << s.k;
+      for (int variant = 0; variant < 12 + (group_sums ? kGroupSums : 0); ++variant) {
         const int row_warps = 1 << (variant % 4);
-        const auto pipeline = kPipelines[variant / 4];
+        const auto pipeline = variant < 12 ? kPipelines[variant / 4] : cuda::W4Pipeline::kGroupSums;
         Tensor out = Tensor::empty({m, s.n}, dtype_, cuda_->allocator());
         cuda_->synchronize();  // uploads and the allocation are ordered on the backend's stream
         dispatch_16bit([&](auto tag) {
           using T = decltype(tag);
-          cuda::launch_w4a16_mma<T>(static_cast<const T*>(gx.raw_data()),
-                                    static_cast<const uint32_t*>(device.qweight.raw_data()),
-                                    static_cast<const uint32_t*>(device.scales.raw_data()),
-                                    static_cast<const T*>(gbias.raw_data()), m, s.n, s.k, s.group, row_warps,
-                                    pipeline, static_cast<T*>(out.raw_data()), nullptr);
+          const auto* gx_ptr = static_cast<const T*>(gx.raw_data());
+          const auto* tiles = static_cast<const uint32_t*>(device.qweight.raw_data());
+          const auto* scale_zero = static_cast<const uint32_t*>(device.scales.raw_data());
+          const auto* bias_ptr = static_cast<const T*>(gbias.raw_data());
+          if (pipeline == cuda::W4Pipeline::kGroupSums) {
+            cuda::launch_w4a16_group_sums<T>(gx_ptr, tiles, scale_zero, bias_ptr, m, s.n, s.k, s.group, variant - 12,
+                                             static_cast<T*>(out.raw_data()), nullptr, false);
+          } else {
+            cuda::launch_w4a16_mma<T>(gx_ptr, tiles, scale_zero, bias_ptr, m, s.n, s.k, s.group, row_warps, pipeline,
+                                      static_cast<T*>(out.raw_data()), nullptr);
+          }
         });
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, which waits for the backend's
         Tensor got = cuda_->to_host_f32(out);
@@ -208,7 +220,7 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
         const Bounds b = bounds_for(dtype_);
         EXPECT_TRUE(c.within(b.max_abs, b.rel_norm)) << "m " << m << " n " << s.n << " k " << s.k << " group "
                                                      << s.group << " row warps " << row_warps
-                                                     << " pipeline " << variant / 4 << ": " << c.describe();
+                                                     << " variant " << variant << ": " << c.describe();
       }
     }
   }

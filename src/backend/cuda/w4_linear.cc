@@ -29,10 +29,12 @@ W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType 
   if (const char* w4 = std::getenv("TESSERA_W4_GEMV")) gemv_mode_ = std::string(w4) == "1" ? 1 : 0;
   if (const char* tiles = std::getenv("TESSERA_W4_TILES")) tiles_mode_ = std::string(tiles) == "0" ? 0 : 1;
   if (const char* stages = std::getenv("TESSERA_W4_STAGES")) stages_mode_ = std::string(stages) == "0" ? 0 : 1;
+  if (const char* sums = std::getenv("TESSERA_W4_GROUP_SUMS")) group_sums_mode_ = std::string(sums) == "0" ? 0 : 1;
 }
 
-template <typename Run>
-size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool capturing, const Run& run) {
+template <typename Run, typename Applies>
+size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool capturing, const Run& run,
+                        const Applies& applies) {
   if (count == 1 || gemv_mode_ == 0) return 0;
   auto it = choices_.find(key);
   if (it != choices_.end()) return it->second;
@@ -41,6 +43,10 @@ size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool 
   double best_s = 1e30;
   std::string timings;
   for (size_t i = best; i < count; ++i) {
+    if (!applies(i)) {
+      timings += " -";
+      continue;
+    }
     const double s = time_per_call_([&] { run(i); }, 3);
     timings += fmt::format(" {:.1f}", s * 1e6);
     if (s < best_s) best = i, best_s = s;
@@ -125,13 +131,24 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
             }, target, add);
           }
           const Kernel& kernel = kKernels[candidate - 1];
+          if (kernel.pipeline == W4Pipeline::kGroupSums) {
+            return launch_w4a16_group_sums<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
+                                              kernel.group_sums, target, stream_, add);
+          }
           launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, kernel.row_warps,
                               kernel.pipeline, target, stream_, add);
         };
         const size_t candidates = m > kW4MmaMaxRows   ? 1
                                   : stages_mode_ == 0 ? 1 + kKernelsWithoutStages
                                                       : 1 + std::size(kKernels);
-        run(choice({m, n, k, x.dtype(), true}, candidates, false, capturing, timed(run)), ptr<T>(out), accumulate);
+        auto applies = [&](size_t candidate) {
+          if (candidate <= 1) return true;
+          const Kernel& kernel = kKernels[candidate - 1];
+          return kernel.pipeline != W4Pipeline::kGroupSums ||
+                 (group_sums_mode_ != 0 && w4_group_sums_supported(m, k, w.group_size));
+        };
+        run(choice({m, n, k, x.dtype(), true}, candidates, false, capturing, timed(run), applies), ptr<T>(out),
+            accumulate);
       }
     } else {
       // Candidate 0: dequantize + cuBLASLt; 1: the scalar GEMV.
@@ -146,8 +163,9 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
         launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias_ptr, m, n, k, w.group_size, target, stream_,
                              add);
       };
-      run(choice({m, n, k, x.dtype(), false}, m <= kW4GemvMaxRows ? 2 : 1, m == 1, capturing, timed(run)), ptr<T>(out),
-          accumulate);
+      run(choice({m, n, k, x.dtype(), false}, m <= kW4GemvMaxRows ? 2 : 1, m == 1, capturing, timed(run),
+                 [](size_t) { return true; }),
+          ptr<T>(out), accumulate);
     }
   });
 }

@@ -26,7 +26,8 @@ class W4Linear {
   using TimePerCall = std::function<double(const std::function<void()>& fn, int repeats)>;
 
   // kernel_capability: what the loaded kernel image runs as (tiles need 8.0).
-  // Reads TESSERA_W4_GEMV, TESSERA_W4_TILES and TESSERA_W4_STAGES.
+  // Reads TESSERA_W4_GEMV, TESSERA_W4_TILES, TESSERA_W4_STAGES and
+  // TESSERA_W4_GROUP_SUMS.
   W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
            TimePerCall time_per_call);
 
@@ -50,19 +51,25 @@ class W4Linear {
  private:
   using Key = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // rows, out, in, activation dtype, tiled
 
-  // The tensor-core 4-bit kernel's variants a shape's first call times.
+  // The tensor-core 4-bit kernels a shape's first call times: the
+  // pipelines of launch_w4a16_mma by row warps, and the group-sum kernels
+  // (group_sums: an index of kW4GroupSumsKernels, -1 for the others) where
+  // they run the shape.
   struct Kernel {
     W4Pipeline pipeline;
     int row_warps;
+    int group_sums;
   };
   static constexpr Kernel kKernels[] = {
-      {W4Pipeline::kRegisterBatches, 1}, {W4Pipeline::kRegisterBatches, 2},
-      {W4Pipeline::kRegisterBatches, 4}, {W4Pipeline::kRegisterBatches, 8},
-      {W4Pipeline::kRegisterDouble, 1},  {W4Pipeline::kRegisterDouble, 2},
-      {W4Pipeline::kSharedStages, 1},    {W4Pipeline::kSharedStages, 2},
-      {W4Pipeline::kSharedStages, 4},    {W4Pipeline::kSharedStages, 8},
+      {W4Pipeline::kRegisterBatches, 1, -1}, {W4Pipeline::kRegisterBatches, 2, -1},
+      {W4Pipeline::kRegisterBatches, 4, -1}, {W4Pipeline::kRegisterBatches, 8, -1},
+      {W4Pipeline::kRegisterDouble, 1, -1},  {W4Pipeline::kRegisterDouble, 2, -1},
+      {W4Pipeline::kGroupSums, 0, 0},        {W4Pipeline::kGroupSums, 0, 1},
+      {W4Pipeline::kGroupSums, 0, 2},        {W4Pipeline::kSharedStages, 1, -1},
+      {W4Pipeline::kSharedStages, 2, -1},    {W4Pipeline::kSharedStages, 4, -1},
+      {W4Pipeline::kSharedStages, 8, -1},
   };
-  static constexpr size_t kKernelsWithoutStages = 6;
+  static constexpr size_t kKernelsWithoutStages = 9;
 
   // Tiles where the loaded kernel image has mma.sync for 16-bit operands.
   bool uses_tiles(const QuantizedWeight& w) const {
@@ -77,8 +84,10 @@ class W4Linear {
   // before) and remembers the fastest; untimed_kernel takes candidate 1 as it
   // is. TESSERA_W4_GEMV=1 times only the kernels that read the packed weights
   // (tests: a kernel wherever one applies), 0 takes dequantize + cuBLASLt.
-  template <typename Run>
-  size_t choice(const Key& key, size_t count, bool untimed_kernel, bool capturing, const Run& run);
+  // `applies(i)`: candidate i runs this shape (candidates 0 and 1 always do).
+  template <typename Run, typename Applies>
+  size_t choice(const Key& key, size_t count, bool untimed_kernel, bool capturing, const Run& run,
+                const Applies& applies);
 
 
   cudaStream_t stream_;
@@ -90,6 +99,7 @@ class W4Linear {
   int gemv_mode_ = -1;    // TESSERA_W4_GEMV: 1 a packed-weight kernel wherever one applies, 0 dequantize; -1 timed
   int tiles_mode_ = -1;   // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
   int stages_mode_ = -1;  // TESSERA_W4_STAGES=0: no shared-memory-stage candidates (to compare against)
+  int group_sums_mode_ = -1;  // TESSERA_W4_GROUP_SUMS=0: no group-sum candidates (to compare against)
   std::map<Key, size_t> choices_;  // per 4-bit shape: the candidate choice() picked
 };
 

@@ -49,12 +49,30 @@ void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t
 // and share activations; the rest split k. More row warps re-read the
 // activations less but make fewer blocks. The weights reach the tensor cores
 // either in batches of register loads or through cp.async stages in shared
-// memory. The caller times the choices.
-enum class W4Pipeline { kRegisterBatches, kRegisterDouble, kSharedStages };
+// memory, or (kGroupSums, w4a16_group_sums.cu: launch_w4a16_group_sums)
+// in register batches with the zero point taken out once a group against the
+// activations' group sums. The caller times the choices.
+enum class W4Pipeline { kRegisterBatches, kRegisterDouble, kSharedStages, kGroupSums };
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                       int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,
                       cudaStream_t stream, bool accumulate = false);
+
+// The group-sum kernels (w4a16_group_sums.cu; W4Pipeline::kGroupSums): at
+// m <= 8 rows, groups of 64 or 128 inputs, x and its group sums within 40 KB
+// of shared memory (one row: k up to about 18,000). Variants by the warps of
+// a block and those of them on neighbouring row tiles (the rest split k);
+// the caller times them.
+struct W4GroupSumsKernel {
+  int block_warps, row_warps;
+};
+inline constexpr W4GroupSumsKernel kW4GroupSumsKernels[] = {{8, 1}, {8, 2}, {16, 1}};
+bool w4_group_sums_supported(int64_t m, int64_t k, int64_t group_size);
+// kernel: an index of kW4GroupSumsKernels.
+template <typename T>
+void launch_w4a16_group_sums(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
+                             int64_t n, int64_t k, int64_t group_size, int kernel, T* out, cudaStream_t stream,
+                             bool accumulate);
 
 // w [n, k] = W from the tiles (for cuBLASLt at more rows).
 template <typename T>

@@ -1,0 +1,118 @@
+// Device helpers shared by the tensor-core W4A16 kernels (w4a16_tiles.cu,
+// w4a16_group_sums.cu): the tile layout's constants, the nibble-to-16-bit
+// conversion, the mma.sync of 16 x 16 weights by 16 x 8 activations and the
+// meeting of a block's K slices. w4a16_tiles.cu describes the layout.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_types.cuh"
+
+namespace tessera::backend::cuda::w4 {
+
+constexpr int kWarps = 8;       // warps of a block: row tiles x K slices
+constexpr int kChunkInputs = 64;
+
+// The 16-bit pattern of magic + 0 (its ulp is 1, so magic + q is exact for q < 16).
+template <typename T>
+__host__ __device__ constexpr uint32_t magic_bits() {
+  return std::is_same_v<T, __half> ? 0x6400u : 0x4300u;
+}
+
+__device__ __forceinline__ float scale_of(uint32_t scale_zero) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(scale_zero & 0xFFFFu)));
+}
+
+// Both halves magic + zero, from a repacked scale-and-zero word.
+template <typename T>
+__device__ __forceinline__ uint32_t magic_zero(uint32_t scale_zero) {
+  const uint32_t h = magic_bits<T>() | (scale_zero >> 16);
+  return h | (h << 16);
+}
+
+// (a & mask) | bits in one LOP3: the compiler splits the two constants of
+// the C expression into two instructions, and these run 16 times a chunk.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(kMask), "r"(bits));  // 0xEA: (a & b) | c
+  return d;
+}
+
+// One A register: two weights q - zero, from a word shifted to its nibble pair.
+template <typename T>
+__device__ __forceinline__ uint32_t weight_pair(uint32_t shifted, uint32_t magic_zero_pair) {
+  const uint32_t biased = and_or<0x000F000Fu>(shifted, magic_bits<T>() * 0x10001u);
+  uint32_t result;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&biased),
+                              *reinterpret_cast<const __half2*>(&magic_zero_pair));
+    result = *reinterpret_cast<const uint32_t*>(&d);
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&magic_zero_pair));
+    result = *reinterpret_cast<const uint32_t*>(&d);
+#else
+    result = 0;
+#endif
+  }
+  return result;
+}
+
+// d += A (16 x 16) · B (16 x 8), f32 accumulate. Never launched below sm_80
+// (the backend tiles weights only where the kernel image is 8.0 or newer).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#endif
+}
+
+// The K slices of a block (warp = rw + RW kw) meet in shared memory, lane
+// fastest, so no bank conflicts; then the block's rows are stored.
+// Accumulator e of tile i: row g (+8 for e >= 2), token 8i + 2t + e % 2.
+template <typename T, int NT, int RW>
+__device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][RW][NT * 4][32],
+                                                 const float (&acc)[NT][4], const T* __restrict__ bias, int m, int n,
+                                                 int row_tiles, T* __restrict__ out, bool accumulate) {
+  constexpr int KW = kWarps / RW;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rw = warp % RW, kw = warp / RW;
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[kw][rw][i * 4 + e][lane] = acc[i][e];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < RW * NT * 4 * 32; idx += blockDim.x) {
+    const int l = idx % 32, e = (idx / 32) % 4, i = (idx / 128) % NT, r = idx / (128 * NT);
+    const int out_tile = int(blockIdx.x) * RW + r;
+    const int out_row = out_tile * 16 + l / 4 + (e >= 2 ? 8 : 0), token = i * 8 + 2 * (l % 4) + e % 2;
+    if (out_tile >= row_tiles || out_row >= n || token >= m) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int s = 0; s < KW; ++s) v += partial[s][r][i * 4 + e][l];
+    if (bias != nullptr) v += to_float(bias[out_row]);
+    if (accumulate) v += to_float(out[int64_t(token) * n + out_row]);
+    out[int64_t(token) * n + out_row] = from_float<T>(v);
+  }
+}
+
+}  // namespace tessera::backend::cuda::w4
