@@ -1,6 +1,7 @@
 """The tessera command line as a user runs it: stdout carries only the generated
 text, logs go to stderr, and mistakes end in a clear message and a non-zero status."""
 
+import json
 import subprocess
 
 import pytest
@@ -54,6 +55,43 @@ def test_stories260k_tells_llama2c_story(tessera_bin, testdata, tmp_path):
         assert (out / name).exists(), name
     result = run(tessera_bin, "generate", out, "--max-tokens", "200")
     assert result.stdout.startswith(STORY_START), result.stdout[:200]
+
+
+def safetensors_dtypes(path):
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    return {entry["dtype"] for name, entry in header.items() if name != "__metadata__"}
+
+
+def test_random_model_is_stored_in_its_dtype_with_its_rope_and_generates(tessera_bin, tmp_path):
+    out = tmp_path / "random"
+    run(tessera_bin, "convert", "random_model", "--shape", "demo", "--dtype", "bfloat16", "--rope-theta", "5e7",
+        "--dynamic-ntk-factor", "2.5", "--eos-ids", "2", "3", out)
+    config = json.loads((out / "config.json").read_text())
+    assert config["torch_dtype"] == "bfloat16"
+    assert config["rope_theta"] == 5e7
+    assert config["rope_scaling"] == {"type": "dynamic", "factor": 2.5}
+    assert config["eos_token_id"] == [2, 3]
+    assert safetensors_dtypes(out / "model.safetensors") == {"BF16"}
+    result = run(tessera_bin, "generate", out, "--prompt", "Once upon a time", "--max-tokens", "12")
+    assert result.stdout.strip(), "no text generated"
+    again = tmp_path / "again"
+    run(tessera_bin, "convert", "random_model", "--shape", "demo", "--dtype", "float32", again)
+    assert safetensors_dtypes(again / "model.safetensors") == {"F32"}
+
+
+def test_random_model_without_a_fitting_tokenizer_writes_nothing(tessera_bin, testdata, tmp_path):
+    out = tmp_path / "random"
+    result = run(tessera_bin, "convert", "random_model", "--shape", "internlm2_5-7b", out, check=False)
+    assert result.returncode != 0
+    assert "--tokenizer-from" in result.stderr
+    too_big = testdata / "tokenizers" / "internlm2"
+    result = run(tessera_bin, "convert", "random_model", "--shape", "100m", "--tokenizer-from", too_big, out,
+                 check=False)
+    assert result.returncode != 0
+    assert "92544 pieces" in result.stderr, result.stderr
+    assert not out.exists(), "a refused random model left files behind"
 
 
 def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "model/convert/safetensors_writer.h"
+#include "model/random_weights.h"
 
 namespace tessera::model {
 
@@ -40,6 +42,15 @@ Tensor random_tensor(DemoRandom& random, Shape shape, float scale, float offset 
   return t;
 }
 
+const char* torch_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "float32";
+    case DType::kF16: return "float16";
+    case DType::kBF16: return "bfloat16";
+    default: throw Error(ErrorKind::kInvalidArgument, "random model: weights are float32, float16 or bfloat16");
+  }
+}
+
 }  // namespace
 
 int64_t RandomLlamaShape::parameter_count() const {
@@ -56,6 +67,21 @@ void write_demo_model(const std::filesystem::path& out_dir, int64_t vocab_size) 
   write_random_llama(out_dir, shape, 20261202);
 }
 
+RandomLlamaShape random_llama_shape(const std::string& name) {
+  const ModelSpec spec = random_model_spec(name);
+  RandomLlamaShape shape;
+  shape.hidden = spec.hidden_size;
+  shape.layers = spec.num_layers;
+  shape.heads = spec.num_heads;
+  shape.kv_heads = spec.num_kv_heads;
+  shape.intermediate = spec.intermediate_size;
+  shape.vocab = spec.vocab_size;
+  shape.context = spec.max_position_embeddings;
+  shape.rope_theta = spec.rope_theta;
+  shape.dtype = DType::kBF16;
+  return shape;
+}
+
 void write_random_llama(const std::filesystem::path& out_dir, const RandomLlamaShape& shape, uint64_t seed) {
   const int64_t kHidden = shape.hidden, kLayers = shape.layers, kHeads = shape.heads, kKvHeads = shape.kv_heads;
   const int64_t kIntermediate = shape.intermediate, kContext = shape.context, vocab_size = shape.vocab;
@@ -65,35 +91,43 @@ void write_random_llama(const std::filesystem::path& out_dir, const RandomLlamaS
                             kHeads, kKvHeads));
   }
   const int64_t head_dim = kHidden / kHeads;
+  const char* dtype_name = torch_dtype_name(shape.dtype);
   DemoRandom random(seed);
+  // Made in f32, stored in the shape's dtype at once (one f32 tensor at a time).
+  auto make = [&](Shape shape_of, float scale, float offset = 0.0f) {
+    Tensor t = random_tensor(random, std::move(shape_of), scale, offset);
+    return shape.dtype == DType::kF32 ? t : t.to_dtype(shape.dtype);
+  };
   // Uniform(-a, a) has std a/sqrt(3); scale by fan-in so activations stay O(1).
   const float linear_scale = std::sqrt(3.0f / kHidden);
   std::vector<std::pair<std::string, Tensor>> tensors;
-  tensors.push_back({"model.embed_tokens.weight", random_tensor(random, {vocab_size, kHidden}, 1.0f)});
+  tensors.push_back({"model.embed_tokens.weight", make({vocab_size, kHidden}, 1.0f)});
   for (int64_t l = 0; l < kLayers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
-    tensors.push_back({p + "input_layernorm.weight", random_tensor(random, {kHidden}, 0.1f, 1.0f)});
-    tensors.push_back({p + "self_attn.q_proj.weight", random_tensor(random, {kHeads * head_dim, kHidden}, linear_scale)});
-    tensors.push_back({p + "self_attn.k_proj.weight", random_tensor(random, {kKvHeads * head_dim, kHidden}, linear_scale)});
-    tensors.push_back({p + "self_attn.v_proj.weight", random_tensor(random, {kKvHeads * head_dim, kHidden}, linear_scale)});
-    tensors.push_back({p + "self_attn.o_proj.weight", random_tensor(random, {kHidden, kHeads * head_dim}, linear_scale)});
-    tensors.push_back({p + "post_attention_layernorm.weight", random_tensor(random, {kHidden}, 0.1f, 1.0f)});
-    tensors.push_back({p + "mlp.gate_proj.weight", random_tensor(random, {kIntermediate, kHidden}, linear_scale)});
-    tensors.push_back({p + "mlp.up_proj.weight", random_tensor(random, {kIntermediate, kHidden}, linear_scale)});
+    tensors.push_back({p + "input_layernorm.weight", make({kHidden}, 0.1f, 1.0f)});
+    tensors.push_back({p + "self_attn.q_proj.weight", make({kHeads * head_dim, kHidden}, linear_scale)});
+    tensors.push_back({p + "self_attn.k_proj.weight", make({kKvHeads * head_dim, kHidden}, linear_scale)});
+    tensors.push_back({p + "self_attn.v_proj.weight", make({kKvHeads * head_dim, kHidden}, linear_scale)});
+    tensors.push_back({p + "self_attn.o_proj.weight", make({kHidden, kHeads * head_dim}, linear_scale)});
+    tensors.push_back({p + "post_attention_layernorm.weight", make({kHidden}, 0.1f, 1.0f)});
+    tensors.push_back({p + "mlp.gate_proj.weight", make({kIntermediate, kHidden}, linear_scale)});
+    tensors.push_back({p + "mlp.up_proj.weight", make({kIntermediate, kHidden}, linear_scale)});
     tensors.push_back({p + "mlp.down_proj.weight",
-                       random_tensor(random, {kHidden, kIntermediate}, std::sqrt(3.0f / kIntermediate))});
+                       make({kHidden, kIntermediate}, std::sqrt(3.0f / kIntermediate))});
   }
-  tensors.push_back({"model.norm.weight", random_tensor(random, {kHidden}, 0.1f, 1.0f)});
-  tensors.push_back({"lm_head.weight", random_tensor(random, {vocab_size, kHidden}, linear_scale * 4.0f)});
+  tensors.push_back({"model.norm.weight", make({kHidden}, 0.1f, 1.0f)});
+  tensors.push_back({"lm_head.weight", make({vocab_size, kHidden}, linear_scale * 4.0f)});
   if (shape.silence_first_ids > 0) {
     // Zero LM-head rows give those ids logit 0, below about half of the rest,
     // so greedy text avoids them (the demo's special and raw byte pieces).
-    Tensor& head = tensors.back().second;
-    std::fill_n(head.data<float>(), std::min(shape.silence_first_ids, vocab_size) * kHidden, 0.0f);
+    Tensor& head = tensors.back().second;  // zero bits are 0 in every float type
+    std::memset(head.raw_data(), 0,
+                dtype_bytes(head.dtype(), static_cast<size_t>(std::min(shape.silence_first_ids, vocab_size) * kHidden)));
   }
 
   std::filesystem::create_directories(out_dir);
   write_safetensors(out_dir / "model.safetensors", tensors);
+  const nlohmann::json eos = shape.eos_ids.size() == 1 ? nlohmann::json(shape.eos_ids[0]) : nlohmann::json(shape.eos_ids);
   nlohmann::ordered_json config = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},
@@ -105,15 +139,19 @@ void write_random_llama(const std::filesystem::path& out_dir, const RandomLlamaS
       {"vocab_size", vocab_size},
       {"max_position_embeddings", kContext},
       {"rms_norm_eps", 1e-5},
-      {"rope_theta", 10000.0},
+      {"rope_theta", shape.rope_theta},
       {"hidden_act", "silu"},
       {"tie_word_embeddings", false},
       {"bos_token_id", 1},
-      {"eos_token_id", 2},
-      {"torch_dtype", "float32"},
+      {"eos_token_id", eos},
+      {"torch_dtype", dtype_name},
   };
+  if (shape.dynamic_ntk_factor > 0.0) {
+    config["rope_scaling"] = {{"type", "dynamic"}, {"factor", shape.dynamic_ntk_factor}};
+  }
   std::ofstream(out_dir / "config.json") << config.dump(2) << "\n";
-  std::ofstream(out_dir / "generation_config.json") << nlohmann::json{{"bos_token_id", 1}, {"eos_token_id", 2}}.dump(2)
+  std::ofstream(out_dir / "generation_config.json") << nlohmann::json{{"bos_token_id", 1},
+                                                                      {"eos_token_id", eos}}.dump(2)
                                                     << "\n";
   if (!std::filesystem::exists(out_dir / "config.json")) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("cannot write into {}", out_dir.string()));
