@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include <fstream>
 #include <string>
 #include <thread>
@@ -136,6 +138,11 @@ int run_check_env() {
     }
   } else if (gpus > 1) {
     fmt::print("peer access     unknown (the driver API is not available)\n");
+  }
+  if (const char* configured = std::getenv("TESSERA_PEER_ACCESS")) {
+    const auto as_configured = comm::peer_access_as_configured(peer_access, configured);
+    if (as_configured != peer_access) fmt::print("                TESSERA_PEER_ACCESS={}: taken as none\n", configured);
+    peer_access = as_configured;
   }
 
   fmt::print("\ntessera would use\n");

@@ -159,13 +159,37 @@ CommPlan choose_comm(const CommRequest& request) {
   return plan;
 }
 
-bool parse_same_device(const std::string& value) {
+namespace {
+
+// An on/off environment switch: 1, true, yes, on / 0, false, no, off (any
+// case); "" is `empty`; anything else names the variable and the fix.
+bool parse_switch(const char* name, const std::string& value, bool empty, const char* hint) {
   std::string v = value;
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return false;
+  if (v.empty()) return empty;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
-  throw Error(ErrorKind::kInvalidArgument, fmt::format("TESSERA_TP_SAME_DEVICE={}: expected 1 or 0", value),
-              "set TESSERA_TP_SAME_DEVICE=1 to run every tensor-parallel rank on one GPU, or unset it");
+  throw Error(ErrorKind::kInvalidArgument, fmt::format("{}={}: expected 1 or 0", name, value), hint);
+}
+
+}  // namespace
+
+bool parse_same_device(const std::string& value) {
+  return parse_switch("TESSERA_TP_SAME_DEVICE", value, false,
+                      "set TESSERA_TP_SAME_DEVICE=1 to run every tensor-parallel rank on one GPU, or unset it");
+}
+
+std::vector<std::vector<bool>> peer_access_as_configured(std::vector<std::vector<bool>> matrix,
+                                                         const char* switch_value) {
+  if (switch_value == nullptr ||
+      parse_switch("TESSERA_PEER_ACCESS", switch_value, true,
+                   "set TESSERA_PEER_ACCESS=0 to treat the GPUs as having no peer access, or unset it")) {
+    return matrix;
+  }
+  for (size_t a = 0; a < matrix.size(); ++a) {
+    for (size_t b = 0; b < matrix[a].size(); ++b) matrix[a][b] = a == b;
+  }
+  return matrix;
 }
 
 bool same_device_from_env() {

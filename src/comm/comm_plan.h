@@ -77,8 +77,17 @@ bool parse_same_device(const std::string& value);
 // Every pair of distinct devices among `devices` has peer access both ways.
 bool every_pair_has_peer_access(const std::vector<int>& devices, const std::vector<std::vector<bool>>& peer_access);
 
-// The peer-access matrix of every visible CUDA device (cudaDeviceCanAccessPeer);
-// empty in a build without CUDA or on a machine without GPUs.
+// The peer-access matrix of every visible CUDA device (cudaDeviceCanAccessPeer),
+// as peer_access_as_configured leaves it under TESSERA_PEER_ACCESS; empty in a
+// build without CUDA or on a machine without GPUs.
 std::vector<std::vector<bool>> query_peer_access();
+
+// TESSERA_PEER_ACCESS (`switch_value`, may be null): "0", "false", "no" or
+// "off" keep only each device's access to itself, what GPUs without peer
+// access report (the RTX 4090 report's topology), so the automatic choice of
+// NCCL can be run on GPUs that have it; unset, "" or "1" leave the matrix as
+// it is; anything else is Error(kInvalidArgument).
+std::vector<std::vector<bool>> peer_access_as_configured(std::vector<std::vector<bool>> matrix,
+                                                         const char* switch_value);
 
 }  // namespace tessera::comm

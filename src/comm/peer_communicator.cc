@@ -4,14 +4,17 @@
 #include <fmt/format.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "comm/comm_plan.h"
 #include "comm/custom_all_reduce.h"
 #include "comm/group_abort.h"
 #include "comm/nccl_communicator.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace tessera::comm {
 
@@ -430,7 +433,10 @@ std::vector<std::vector<bool>> query_peer_access() {
       }
     }
   }
-  return matrix;
+  const char* configured = std::getenv("TESSERA_PEER_ACCESS");
+  std::vector<std::vector<bool>> result = peer_access_as_configured(matrix, configured);
+  if (result != matrix) log_info("TESSERA_PEER_ACCESS={}: the GPUs are taken to have no peer access", configured);
+  return result;
 }
 
 }  // namespace tessera::comm

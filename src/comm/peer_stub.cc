@@ -1,4 +1,7 @@
 // Builds without CUDA: no peer-buffer communicators, no peer access to report.
+#include <cstdlib>
+
+#include "comm/comm_plan.h"
 #include "comm/peer_communicator.h"
 #include "core/error.h"
 
@@ -14,6 +17,9 @@ void enable_peer_access(int, const std::vector<int>&) {
   throw Error(ErrorKind::kUnsupported, "peer access needs a build with CUDA");
 }
 
-std::vector<std::vector<bool>> query_peer_access() { return {}; }
+std::vector<std::vector<bool>> query_peer_access() {
+  peer_access_as_configured({}, std::getenv("TESSERA_PEER_ACCESS"));  // a malformed switch is still an error
+  return {};
+}
 
 }  // namespace tessera::comm

@@ -93,6 +93,31 @@ TEST(CommPlan, OneMissingPairTakesNccl) {
   EXPECT_EQ(comm::choose_comm(r).kind, CommKind::kNccl);
 }
 
+TEST(CommPlan, PeerAccessSwitchOffLeavesOnlyEachDeviceItselfAndTakesNccl) {
+  comm::CommRequest r = gpus(2, 3);
+  const auto full = r.peer_access;
+  EXPECT_EQ(comm::peer_access_as_configured(full, nullptr), full);
+  EXPECT_EQ(comm::peer_access_as_configured(full, "1"), full);
+  EXPECT_EQ(comm::peer_access_as_configured(full, ""), full);
+  for (const char* off : {"0", "off", "FALSE", "no"}) {
+    r.peer_access = comm::peer_access_as_configured(full, off);
+    ASSERT_EQ(r.peer_access.size(), 3u);
+    for (size_t a = 0; a < 3; ++a) {
+      for (size_t b = 0; b < 3; ++b) EXPECT_EQ(r.peer_access[a][b], a == b) << off << " " << a << "," << b;
+    }
+    comm::CommPlan plan = comm::choose_comm(r);
+    EXPECT_EQ(plan.kind, CommKind::kNccl) << off;
+    EXPECT_NE(plan.reason.find("peer access"), std::string::npos) << plan.reason;
+  }
+  try {
+    comm::peer_access_as_configured(full, "sometimes");
+    ADD_FAILURE() << "a malformed switch was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("TESSERA_PEER_ACCESS"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CommPlan, DisableCustomAllReduceForcesNccl) {
   comm::CommRequest r = gpus(2, 2);
   r.disable_custom_all_reduce = true;
