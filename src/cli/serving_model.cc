@@ -224,7 +224,7 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   const size_t free_now = s->device.is_cpu() ? engine::host_available_memory()
                                              : backend::cuda_device_info(s->device.index).free_memory;
   engine::MemoryPlanInput in;
-  in.weight_bytes = engine::weight_bytes(spec, s->dtype);
+  in.weight_bytes = engine::weight_bytes(spec, s->dtype, !s->device.is_cpu());  // GPUs keep 4-bit weights packed
   in.workspace_bytes = engine::workspace_bytes(spec, s->dtype, a.max_prefill_token_num + max_batch_size, max_batch_size);
   if (s->model && !s->device.is_cpu()) {
     // On a GPU the workspace is measured: the largest step runs once before

@@ -88,12 +88,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   return plan;
 }
 
-size_t weight_bytes(const model::ModelSpec& s, DType dtype) {
-  int64_t per_layer = 2 * s.hidden_size + s.qkv_size() * s.hidden_size + (s.qkv_bias ? s.qkv_size() : 0) +
-                      s.hidden_size * s.q_size() + 3 * s.intermediate_size * s.hidden_size;
-  int64_t total = s.num_layers * per_layer + s.vocab_size * s.hidden_size + s.hidden_size;
+size_t weight_bytes(const model::ModelSpec& s, DType dtype, bool packed) {
+  const int64_t linear = s.qkv_size() * s.hidden_size + s.hidden_size * s.q_size() +
+                         3 * s.intermediate_size * s.hidden_size;  // per layer
+  int64_t unpacked = 2 * s.hidden_size + (s.qkv_bias ? s.qkv_size() : 0);  // norms and biases, per layer
+  int64_t total = s.num_layers * unpacked + s.vocab_size * s.hidden_size + s.hidden_size;
   if (!s.tie_word_embeddings) total += s.vocab_size * s.hidden_size;
-  return dtype_bytes(dtype, static_cast<size_t>(total));
+  const bool four_bit = packed && s.quantization.awq() && s.quantization.group_size > 0;
+  if (!four_bit) return dtype_bytes(dtype, static_cast<size_t>(total + s.num_layers * linear));
+  const int64_t packed_bytes = s.num_layers * (linear * s.quantization.bits / 8 + linear / s.quantization.group_size * 4);
+  return dtype_bytes(dtype, static_cast<size_t>(total)) + static_cast<size_t>(packed_bytes);
 }
 
 size_t kv_block_bytes(const model::ModelSpec& s, DType dtype, int64_t block_size) {

@@ -48,8 +48,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& input);
 
 // The CPU backend's inputs: weight bytes from the model's shape in `dtype`,
 // a workspace estimate for a step of max_step_tokens tokens and max_batch_size
-// logits rows, and the block bytes of the paged cache.
-size_t weight_bytes(const model::ModelSpec& spec, DType dtype);
+// logits rows, and the block bytes of the paged cache. With `packed` (a GPU
+// backend, which keeps a 4-bit checkpoint's linears packed) an AWQ model's
+// linear weights count bits / 8 bytes a weight plus 4 bytes per group and
+// output (the tensor-core layout's scale-and-zero word; the canonical one
+// takes 3); the CPU backend dequantizes them into `dtype`.
+size_t weight_bytes(const model::ModelSpec& spec, DType dtype, bool packed = false);
 size_t kv_block_bytes(const model::ModelSpec& spec, DType dtype, int64_t block_size);
 size_t workspace_bytes(const model::ModelSpec& spec, DType dtype, int64_t max_step_tokens, int64_t max_batch_size);
 // What CUDA graphs of decode steps (model/decode_graphs.h) of up to

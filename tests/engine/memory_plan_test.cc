@@ -117,6 +117,14 @@ TEST(engineMemoryPlan, SizesFromTheModelShape) {
   EXPECT_EQ(weight_bytes(s, DType::kF32), 1352u * 4);
   s.tie_word_embeddings = true;
   EXPECT_EQ(weight_bytes(s, DType::kF32), 1272u * 4);
+  // An AWQ checkpoint in groups of 4 inputs: packed on a GPU, its 576 linear
+  // weights a layer take half a byte each and 4 bytes per group and output
+  // (576 / 4 = 144 of them); the rest stays 16-bit: 1272 - 2 * 576 = 120.
+  s.quantization = {"awq", 4, 4, true, "gemm"};
+  EXPECT_EQ(weight_bytes(s, DType::kBF16, true), 120u * 2 + 2 * (576 / 2 + 144 * 4));
+  EXPECT_EQ(weight_bytes(s, DType::kBF16, false), 1272u * 2);  // the CPU: dequantized
+  s.quantization = {};
+  EXPECT_EQ(weight_bytes(s, DType::kBF16, true), 1272u * 2);  // 16-bit weights: packed means nothing
   // Keys and values, 2 layers, 1 kv head, 16 tokens, head_dim 4, bf16.
   EXPECT_EQ(kv_block_bytes(s, DType::kBF16, 16), 2u * 2 * 1 * 16 * 4 * 2);
   EXPECT_GT(host_available_memory(), 0u);
