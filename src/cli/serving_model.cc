@@ -200,12 +200,28 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
            a.tp > 1 ? fmt::format(" as {} tensor-parallel ranks", a.tp) : "");
   std::optional<model::HostModel> host_model;  // tensor parallelism: read once, sharded by the executor
   comm::CommPlan comm_plan;
+  // Before reading the weights: one rank's share must fit in its GPU.
+  auto check_weights_fit = [&](const std::vector<int>& devices, int sharing) {
+    const model::ModelSpec spec = model::read_model_spec(a.model_path);
+    const size_t share = engine::weight_bytes(spec, s->dtype, true) / static_cast<size_t>(a.tp);
+    for (int device : devices) {
+      const backend::CudaDeviceInfo info = backend::cuda_device_info(device);
+      engine::check_weights_fit(share * static_cast<size_t>(sharing), info.free_memory, info.total_memory,
+                                fmt::format("cuda:{}", device), a.tp, spec.quantization.awq());
+    }
+  };
   if (a.tp > 1) {
     model::check_tp_size(model::read_model_spec(a.model_path), a.tp);  // before reading the weights
     comm_plan = choose_tp_comm(a.tp, s->device, a.disable_custom_all_reduce, a.nnodes);
+    if (!s->device.is_cpu()) {
+      const bool same_device = comm_plan.kind == comm::CommKind::kSameDevice;
+      check_weights_fit(same_device ? std::vector<int>{comm_plan.devices.front()} : comm_plan.devices,
+                        same_device ? static_cast<int>(comm_plan.devices.size()) : 1);
+    }
     host_model = model::read_host_model(a.model_path);
     s->spec = host_model->spec;
   } else {
+    if (!s->device.is_cpu()) check_weights_fit({s->device.index}, 1);
     s->backend = s->device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(s->device.index, s->dtype);
     s->model = model::load_transformer(a.model_path, *s->backend);
     s->spec = s->model->spec();

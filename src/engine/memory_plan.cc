@@ -100,6 +100,22 @@ size_t weight_bytes(const model::ModelSpec& s, DType dtype, bool packed) {
   return dtype_bytes(dtype, static_cast<size_t>(total)) + static_cast<size_t>(packed_bytes);
 }
 
+void check_weights_fit(size_t rank_weight_bytes, size_t free_bytes, size_t total_bytes, const std::string& device,
+                       int tp, bool four_bit) {
+  const size_t usable = free_bytes - free_bytes / 50;
+  if (rank_weight_bytes <= usable) return;
+  std::string hint = fmt::format("run with --tp {} or more (the ranks share the weights)", 2 * tp);
+  if (!four_bit) hint += ", serve a 4-bit AWQ export of the model (about a quarter of the bytes)";
+  if (total_bytes > free_bytes + free_bytes / 10) {
+    hint += fmt::format(", or free {}: other processes hold {} of it", device, gib(total_bytes - free_bytes));
+  }
+  throw Error(ErrorKind::kOutOfMemory,
+              fmt::format("the weights take {}{} but {} has {} free of {}: they do not fit before any KV cache",
+                          gib(rank_weight_bytes), tp > 1 ? fmt::format(" a rank (1/{} of them)", tp) : "", device,
+                          gib(free_bytes), gib(total_bytes)),
+              hint);
+}
+
 size_t kv_block_bytes(const model::ModelSpec& s, DType dtype, int64_t block_size) {
   return dtype_bytes(dtype, static_cast<size_t>(2 * s.num_layers * s.num_kv_heads * block_size * s.head_dim));
 }

@@ -55,6 +55,14 @@ MemoryPlan plan_memory(const MemoryPlanInput& input);
 // takes 3); the CPU backend dequantizes them into `dtype`.
 size_t weight_bytes(const model::ModelSpec& spec, DType dtype, bool packed = false);
 size_t kv_block_bytes(const model::ModelSpec& spec, DType dtype, int64_t block_size);
+// Before the weights are read: Error(kOutOfMemory) when one rank's share of
+// them (weight_bytes / tp) does not fit in what `device` has free, naming
+// the sizes and what would make them fit (more tensor-parallel GPUs, a 4-bit
+// export, the memory other processes hold) instead of the allocator's
+// failure half-way through the load. Leaves 2 % of the free memory for the
+// CUDA context's own growth.
+void check_weights_fit(size_t rank_weight_bytes, size_t free_bytes, size_t total_bytes, const std::string& device,
+                       int tp, bool four_bit);
 size_t workspace_bytes(const model::ModelSpec& spec, DType dtype, int64_t max_step_tokens, int64_t max_batch_size);
 // What CUDA graphs of decode steps (model/decode_graphs.h) of up to
 // max_batch_size sequences hold beside the workspace: the logits buffer and

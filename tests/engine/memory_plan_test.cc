@@ -103,6 +103,34 @@ TEST(engineMemoryPlan, NotOneBlockIsAnErrorNamingTheFlags) {
   }
 }
 
+// The RTX 4090 report's start: the weights' share is checked against the free
+// memory before they are read, and the error names the sizes and the fixes.
+TEST(engineMemoryPlan, WeightsThatDoNotFitAreRefusedBeforeTheLoadNamingTheFixes) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  EXPECT_NO_THROW(check_weights_fit(20 * kGiB, 23 * kGiB, 24 * kGiB, "cuda:0", 2, false));
+  try {
+    check_weights_fit(20 * kGiB, 20 * kGiB, 24 * kGiB, "cuda:1", 2, false);  // 2 % stays free
+    ADD_FAILURE() << "weights larger than the usable memory were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory);
+    const std::string message = e.message(), hint = e.hint();
+    EXPECT_NE(message.find("20.000 GiB a rank (1/2 of them)"), std::string::npos) << message;
+    EXPECT_NE(message.find("cuda:1 has 20.000 GiB free of 24.000 GiB"), std::string::npos) << message;
+    EXPECT_NE(hint.find("--tp 4"), std::string::npos) << hint;
+    EXPECT_NE(hint.find("4-bit AWQ"), std::string::npos) << hint;
+    EXPECT_NE(hint.find("other processes hold 4.000 GiB"), std::string::npos) << hint;
+  }
+  try {
+    check_weights_fit(10 * kGiB, 8 * kGiB, 8 * kGiB, "cuda:0", 1, true);  // already 4-bit, nothing else running
+    ADD_FAILURE() << "weights larger than the free memory were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.hint().find("AWQ"), std::string::npos) << e.hint();
+    EXPECT_EQ(e.hint().find("other processes"), std::string::npos) << e.hint();
+    EXPECT_NE(e.hint().find("--tp 2"), std::string::npos) << e.hint();
+    EXPECT_EQ(e.message().find("a rank"), std::string::npos) << e.message();
+  }
+}
+
 TEST(engineMemoryPlan, SizesFromTheModelShape) {
   model::ModelSpec s;
   s.hidden_size = 8;
