@@ -23,6 +23,11 @@
 //     `arrivals`, and the block that arrives last weighs every piece and
 //     writes the output (then zeroes its counter for the next launch): no
 //     second kernel waits on the first.
+//   - the first pass of K/V loads goes out before the wait on the previous
+//     kernel (every row but the new token's was written before it began);
+//   - with DecodeRope, q is rotated as it is staged and the pieces holding
+//     the new token rotate its k and write it and its v into the cache
+//     first: RoPE costs no kernel of its own on decode steps.
 // Every length is read from device memory (positions), never from the launch,
 // so a captured CUDA graph stays right while sequences grow: blocks past a
 // sequence's pieces return at once.
