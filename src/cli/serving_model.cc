@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 
 #include "comm/nccl_communicator.h"
 #include "comm/tcp_rendezvous.h"
@@ -177,6 +178,25 @@ std::shared_ptr<comm::Rendezvous> join_nodes(const EngineArgs& a, const ServingM
 
 }  // namespace
 
+void check_weights_fit_on_gpus(const std::string& model_dir, DType dtype, int tp, Device device,
+                               const comm::CommPlan* plan) {
+  if (device.is_cpu()) return;
+  const model::ModelSpec spec = model::read_model_spec(model_dir);
+  const size_t share = engine::weight_bytes(spec, dtype, true) / static_cast<size_t>(tp);
+  // Ranks sharing one GPU (same-device) share its memory.
+  std::map<int, size_t> need;  // device -> the bytes its ranks' shares take
+  if (plan == nullptr || plan->devices.empty()) {
+    need[device.index] = share;
+  } else {
+    for (int d : plan->devices) need[d] += share;
+  }
+  for (const auto& [d, bytes] : need) {
+    const backend::CudaDeviceInfo info = backend::cuda_device_info(d);
+    engine::check_weights_fit(bytes, info.free_memory, info.total_memory, fmt::format("cuda:{}", d), tp,
+                              spec.quantization.awq());
+  }
+}
+
 std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   check_supported(a);
   if (a.backend == "pytorch") log_warning("--backend pytorch: tessera has one engine; serving with it");
@@ -200,28 +220,14 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
            a.tp > 1 ? fmt::format(" as {} tensor-parallel ranks", a.tp) : "");
   std::optional<model::HostModel> host_model;  // tensor parallelism: read once, sharded by the executor
   comm::CommPlan comm_plan;
-  // Before reading the weights: one rank's share must fit in its GPU.
-  auto check_weights_fit = [&](const std::vector<int>& devices, int sharing) {
-    const model::ModelSpec spec = model::read_model_spec(a.model_path);
-    const size_t share = engine::weight_bytes(spec, s->dtype, true) / static_cast<size_t>(a.tp);
-    for (int device : devices) {
-      const backend::CudaDeviceInfo info = backend::cuda_device_info(device);
-      engine::check_weights_fit(share * static_cast<size_t>(sharing), info.free_memory, info.total_memory,
-                                fmt::format("cuda:{}", device), a.tp, spec.quantization.awq());
-    }
-  };
   if (a.tp > 1) {
     model::check_tp_size(model::read_model_spec(a.model_path), a.tp);  // before reading the weights
     comm_plan = choose_tp_comm(a.tp, s->device, a.disable_custom_all_reduce, a.nnodes);
-    if (!s->device.is_cpu()) {
-      const bool same_device = comm_plan.kind == comm::CommKind::kSameDevice;
-      check_weights_fit(same_device ? std::vector<int>{comm_plan.devices.front()} : comm_plan.devices,
-                        same_device ? static_cast<int>(comm_plan.devices.size()) : 1);
-    }
+    check_weights_fit_on_gpus(a.model_path, s->dtype, a.tp, s->device, &comm_plan);
     host_model = model::read_host_model(a.model_path);
     s->spec = host_model->spec;
   } else {
-    if (!s->device.is_cpu()) check_weights_fit({s->device.index}, 1);
+    check_weights_fit_on_gpus(a.model_path, s->dtype, 1, s->device, nullptr);
     s->backend = s->device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(s->device.index, s->dtype);
     s->model = model::load_transformer(a.model_path, *s->backend);
     s->spec = s->model->spec();

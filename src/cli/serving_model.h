@@ -77,6 +77,12 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& args);
 // access, NCCL and TESSERA_TP_SAME_DEVICE).
 comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_reduce, int nnodes = 1);
 
+// Before the weights are read: each GPU rank's share of them must fit in its
+// device's free memory (engine::check_weights_fit). `plan`: the ranks'
+// devices at tp > 1 (null at tp 1: `device` alone). Nothing to check on the CPU.
+void check_weights_fit_on_gpus(const std::string& model_dir, DType dtype, int tp, Device device,
+                               const comm::CommPlan* plan);
+
 // The device the flags mean: --backend cpu or --device cpu → the CPU; a GPU
 // backend with no GPU present falls back to the CPU with a warning unless a
 // CUDA device was named explicitly.
