@@ -139,9 +139,15 @@ int run_check_env() {
   } else if (gpus > 1) {
     fmt::print("peer access     unknown (the driver API is not available)\n");
   }
-  if (const char* configured = std::getenv("TESSERA_PEER_ACCESS")) {
-    const auto as_configured = comm::peer_access_as_configured(peer_access, configured);
-    if (as_configured != peer_access) fmt::print("                TESSERA_PEER_ACCESS={}: taken as none\n", configured);
+  {
+    const char* configured = std::getenv("TESSERA_PEER_ACCESS");
+    const char* nccl_p2p_disable = std::getenv("NCCL_P2P_DISABLE");
+    const auto as_configured = comm::peer_access_as_configured(peer_access, configured, nccl_p2p_disable);
+    if (as_configured != peer_access) {
+      fmt::print("                {}: taken as none\n",
+                 configured != nullptr && *configured != '\0' ? fmt::format("TESSERA_PEER_ACCESS={}", configured)
+                                                              : fmt::format("NCCL_P2P_DISABLE={}", nccl_p2p_disable));
+    }
     peer_access = as_configured;
   }
 

@@ -180,12 +180,17 @@ bool parse_same_device(const std::string& value) {
 }
 
 std::vector<std::vector<bool>> peer_access_as_configured(std::vector<std::vector<bool>> matrix,
-                                                         const char* switch_value) {
-  if (switch_value == nullptr ||
-      parse_switch("TESSERA_PEER_ACCESS", switch_value, true,
-                   "set TESSERA_PEER_ACCESS=0 to treat the GPUs as having no peer access, or unset it")) {
-    return matrix;
+                                                         const char* switch_value, const char* nccl_p2p_disable) {
+  bool peers = true;
+  if (switch_value != nullptr && *switch_value != '\0') {
+    peers = parse_switch("TESSERA_PEER_ACCESS", switch_value, true,
+                         "set TESSERA_PEER_ACCESS=0 to treat the GPUs as having no peer access, or unset it");
+  } else if (nccl_p2p_disable != nullptr) {
+    // NCCL reads it as an integer: anything but 0 disables.
+    const std::string v = nccl_p2p_disable;
+    peers = v.empty() || v == "0";
   }
+  if (peers) return matrix;
   for (size_t a = 0; a < matrix.size(); ++a) {
     for (size_t b = 0; b < matrix[a].size(); ++b) matrix[a][b] = a == b;
   }

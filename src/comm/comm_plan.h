@@ -85,9 +85,13 @@ std::vector<std::vector<bool>> query_peer_access();
 // TESSERA_PEER_ACCESS (`switch_value`, may be null): "0", "false", "no" or
 // "off" keep only each device's access to itself, what GPUs without peer
 // access report (the RTX 4090 report's topology), so the automatic choice of
-// NCCL can be run on GPUs that have it; unset, "" or "1" leave the matrix as
-// it is; anything else is Error(kInvalidArgument).
+// NCCL can be run on GPUs that have it; "1" leaves the matrix as it is;
+// anything else is Error(kInvalidArgument). Unset (or ""), NCCL_P2P_DISABLE
+// (`nccl_p2p_disable`, may be null) decides the same way: a machine told to
+// keep NCCL off peer access (the usual remedy where the driver reports peer
+// access that does not work) keeps the custom all-reduce off it too.
 std::vector<std::vector<bool>> peer_access_as_configured(std::vector<std::vector<bool>> matrix,
-                                                         const char* switch_value);
+                                                         const char* switch_value,
+                                                         const char* nccl_p2p_disable = nullptr);
 
 }  // namespace tessera::comm

@@ -434,8 +434,13 @@ std::vector<std::vector<bool>> query_peer_access() {
     }
   }
   const char* configured = std::getenv("TESSERA_PEER_ACCESS");
-  std::vector<std::vector<bool>> result = peer_access_as_configured(matrix, configured);
-  if (result != matrix) log_info("TESSERA_PEER_ACCESS={}: the GPUs are taken to have no peer access", configured);
+  const char* nccl_p2p_disable = std::getenv("NCCL_P2P_DISABLE");
+  std::vector<std::vector<bool>> result = peer_access_as_configured(matrix, configured, nccl_p2p_disable);
+  if (result != matrix) {
+    log_info("{}: the GPUs are taken to have no peer access",
+             configured != nullptr && *configured != '\0' ? fmt::format("TESSERA_PEER_ACCESS={}", configured)
+                                                          : fmt::format("NCCL_P2P_DISABLE={}", nccl_p2p_disable));
+  }
   return result;
 }
 

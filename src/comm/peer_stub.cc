@@ -18,7 +18,8 @@ void enable_peer_access(int, const std::vector<int>&) {
 }
 
 std::vector<std::vector<bool>> query_peer_access() {
-  peer_access_as_configured({}, std::getenv("TESSERA_PEER_ACCESS"));  // a malformed switch is still an error
+  // A malformed switch is still an error.
+  peer_access_as_configured({}, std::getenv("TESSERA_PEER_ACCESS"), std::getenv("NCCL_P2P_DISABLE"));
   return {};
 }
 

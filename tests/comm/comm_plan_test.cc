@@ -93,7 +93,7 @@ TEST(CommPlan, OneMissingPairTakesNccl) {
   EXPECT_EQ(comm::choose_comm(r).kind, CommKind::kNccl);
 }
 
-TEST(CommPlan, PeerAccessSwitchOffLeavesOnlyEachDeviceItselfAndTakesNccl) {
+TEST(CommPlan, PeerAccessOffByTheSwitchOrNcclP2pDisableLeavesEachDeviceItselfAndTakesNccl) {
   comm::CommRequest r = gpus(2, 3);
   const auto full = r.peer_access;
   EXPECT_EQ(comm::peer_access_as_configured(full, nullptr), full);
@@ -109,6 +109,13 @@ TEST(CommPlan, PeerAccessSwitchOffLeavesOnlyEachDeviceItselfAndTakesNccl) {
     EXPECT_EQ(plan.kind, CommKind::kNccl) << off;
     EXPECT_NE(plan.reason.find("peer access"), std::string::npos) << plan.reason;
   }
+  // NCCL_P2P_DISABLE decides where the switch is unset; the switch wins.
+  const auto diagonal = comm::peer_access_as_configured(full, "0");
+  EXPECT_EQ(comm::peer_access_as_configured(full, nullptr, "1"), diagonal);
+  EXPECT_EQ(comm::peer_access_as_configured(full, "", "1"), diagonal);
+  EXPECT_EQ(comm::peer_access_as_configured(full, nullptr, "0"), full);
+  EXPECT_EQ(comm::peer_access_as_configured(full, "1", "1"), full);
+  EXPECT_EQ(comm::peer_access_as_configured(full, "0", "0"), diagonal);
   try {
     comm::peer_access_as_configured(full, "sometimes");
     ADD_FAILURE() << "a malformed switch was accepted";
