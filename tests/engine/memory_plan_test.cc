@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "engine/memory_plan.h"
+#include "model/random_weights.h"
 
 namespace tessera::engine {
 namespace {
@@ -129,6 +130,38 @@ TEST(engineMemoryPlan, WeightsThatDoNotFitAreRefusedBeforeTheLoadNamingTheFixes)
     EXPECT_NE(e.hint().find("--tp 2"), std::string::npos) << e.hint();
     EXPECT_EQ(e.message().find("a rank"), std::string::npos) << e.message();
   }
+}
+
+// The RTX 4090 report's numbers: InternLM2.5-20B in bf16 at tp 2 on 24 GiB
+// cards (23.3 GiB free each) fits its weights' share and leaves a KV cache
+// with the reports' flags; its 4-bit export leaves far more; the same model
+// on one such card is refused before the load.
+TEST(engineMemoryPlan, TheRtx4090ReportsModelFitsAtTp2AndNotOnOneCard) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  const size_t free_bytes = 23 * kGiB + 300 * kMiB, total = 24 * kGiB;
+  model::ModelSpec spec = model::random_model_spec("internlm2_5-20b");
+  auto plan_at_tp2 = [&](const model::ModelSpec& s) {
+    MemoryPlanInput in;
+    const int64_t kv_heads_per_rank = s.num_kv_heads / 2;
+    in.weight_bytes = weight_bytes(s, DType::kBF16, true) / 2;
+    in.block_bytes = kv_block_bytes(s, DType::kBF16, 64) * kv_heads_per_rank / s.num_kv_heads;
+    in.workspace_bytes = workspace_bytes(s, DType::kBF16, 8192 + 64, 64);
+    in.graph_bytes = decode_graph_bytes(s, DType::kBF16, 64, in.block_bytes);
+    in.memory_budget = free_bytes;
+    in.cache_max_entry_count = 0.8;
+    in.session_len = 32768;
+    in.max_batch_size = 64;
+    check_weights_fit(in.weight_bytes, free_bytes, total, "cuda:0", 2, s.quantization.awq());
+    return plan_memory(in);
+  };
+  const MemoryPlan bf16 = plan_at_tp2(spec);
+  EXPECT_GT(bf16.num_blocks, 200) << bf16.table;  // 2.7 GiB of cache: some 29,000 tokens
+  spec.quantization = {"awq", 4, 128, true, "gemm"};
+  const MemoryPlan awq = plan_at_tp2(spec);
+  EXPECT_GT(awq.num_blocks, 3 * bf16.num_blocks) << awq.table;
+  spec.quantization = {};
+  EXPECT_THROW(check_weights_fit(weight_bytes(spec, DType::kBF16, true), free_bytes, total, "cuda:0", 1, false),
+               Error);
 }
 
 TEST(engineMemoryPlan, SizesFromTheModelShape) {
