@@ -20,7 +20,6 @@ std::vector<int32_t> Backend::sample_rows(Tensor& logits, const SamplingBatch& s
   throw Error(ErrorKind::kUnsupported, "this backend does not sample rows itself (samples_rows() is false)");
 }
 
-// The separate ops, each into a temporary where the fused call has none.
 void Backend::rope_attention(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq,
                              float attention_scaling, const AttentionBatch& batch, PagedKvLayer& cache,
                              int64_t block_size, Tensor& out) {
@@ -28,6 +27,7 @@ void Backend::rope_attention(Tensor& qkv, int64_t num_heads, const std::vector<f
   paged_attention(qkv, num_heads, batch, cache, block_size, out);
 }
 
+// The separate ops, each into a temporary where the fused call has none.
 void Backend::fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight,
                            const QuantizedWeight& packed, const Tensor& bias, Tensor& out) {
   Tensor input = x;

@@ -81,11 +81,20 @@ def test_random_model_is_stored_in_its_dtype_with_its_rope_and_generates(tessera
     assert safetensors_dtypes(again / "model.safetensors") == {"F32"}
 
 
-def test_random_model_without_a_fitting_tokenizer_writes_nothing(tessera_bin, testdata, tmp_path):
+def test_random_model_of_a_named_shape_needs_a_tokenizer(tessera_bin, tmp_path):
     out = tmp_path / "random"
     result = run(tessera_bin, "convert", "random_model", "--shape", "internlm2_5-7b", out, check=False)
     assert result.returncode != 0
     assert "--tokenizer-from" in result.stderr
+    result = run(tessera_bin, "convert", "random_model", "--shape", "internlm2_5-7b", "--tokenizer-from", tmp_path,
+                 out, check=False)
+    assert result.returncode != 0
+    assert "no tokenizer.model or tokenizer.json" in result.stderr, result.stderr
+    assert not out.exists(), "a refused random model left files behind"
+
+
+def test_random_model_with_a_tokenizer_larger_than_its_vocabulary_writes_nothing(tessera_bin, testdata, tmp_path):
+    out = tmp_path / "random"
     too_big = testdata / "tokenizers" / "internlm2"
     result = run(tessera_bin, "convert", "random_model", "--shape", "100m", "--tokenizer-from", too_big, out,
                  check=False)
