@@ -33,3 +33,10 @@ if ! cmp -s requirements-test.txt .venv/.requirements-installed; then
   .venv/bin/pip install -q --disable-pip-version-check -r requirements-test.txt
   cp requirements-test.txt .venv/.requirements-installed
 fi
+
+# FlashInfer's headers, for the Hopper prefill attention, where the CUDA
+# backend is built. Without them (no network) the build still succeeds and
+# Hopper runs tessera's own prefill kernel; the configure log says so.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  scripts/fetch_flashinfer.sh || echo "install_deps: FlashInfer headers not fetched; the build goes on without them"
+fi

@@ -221,11 +221,14 @@ struct ComputeDtypeDecision {
 ComputeDtypeDecision decide_compute_dtype(const std::string& requested, int device_capability, int image_arch);
 
 // Which kernel a CUDA backend runs attention with for steps that hold a
-// prefill chunk. kAuto: the tensor-core kernel where dtype (f16/bf16), head_dim
-// (64/128) and the loaded image (compute_80+) allow it, else the scalar one.
-// kTensorCore where it cannot run throws Error(kUnsupported) at the launch.
-// Process-wide; for benchmarks and tests that compare the two.
-enum class PrefillAttentionKernel { kAuto, kScalar, kTensorCore };
+// prefill chunk. kAuto: FlashInfer's Hopper kernel where the build holds it
+// and the step allows it (compute capability 9.0, bf16, head_dim 128, no
+// sliding window; TESSERA_SM90_PREFILL=0 leaves it out), else our
+// tensor-core kernel where dtype (f16/bf16), head_dim (64/128) and the loaded
+// image (compute_80+) allow it, else the scalar one. kTensorCore or
+// kFlashInfer where it cannot run throws Error(kUnsupported) at the launch.
+// Process-wide; for benchmarks and tests that compare them.
+enum class PrefillAttentionKernel { kAuto, kScalar, kTensorCore, kFlashInfer };
 void set_prefill_attention_kernel(PrefillAttentionKernel kernel);
 PrefillAttentionKernel prefill_attention_kernel();
 

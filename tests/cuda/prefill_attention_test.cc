@@ -14,6 +14,7 @@
 
 #include "../compare.h"
 #include "backend/backend.h"
+#include "backend/cuda/prefill_sm90.h"
 #include "core/error.h"
 
 namespace tessera::backend {
@@ -45,6 +46,26 @@ std::string describe(const Case& c) {
   return s;
 }
 
+// The grid of cases for the head dims given; windowed cases only `with_window`.
+std::vector<Case> grid_cases(std::vector<int64_t> head_dims, bool with_window) {
+  std::vector<Case> cases;
+  for (int64_t head_dim : head_dims) {
+    for (int64_t group : {1, 4, 8}) {
+      const int64_t block = head_dim == 64 ? 16 : 64;
+      // whole prompts of the lengths around a tile (one step: the 1-token one rides with the others)
+      cases.push_back({head_dim, 2, group, block, 0, {{1, 1}, {63, 63}, {64, 64}, {65, 65}}});
+      cases.push_back({head_dim, 2, group, block, 0, {{1000, 1000}}});
+      // chunked prefill: chunks after cached tokens, a decode row, a 1-token chunk
+      cases.push_back({head_dim, 2, group, block, 0, {{1000, 200}, {130, 65}, {70, 1}, {5, 2}, {501, 1}}});
+    }
+    // a sliding window, an odd block size, eight KV heads as in the 7B model
+    if (with_window) cases.push_back({head_dim, 2, 4, 8, 100, {{300, 300}, {250, 70}, {90, 1}}});
+    cases.push_back({head_dim, 2, 4, 8, 0, {{300, 300}, {250, 70}, {90, 1}}});
+    cases.push_back({head_dim, 8, 4, 64, 0, {{257, 257}, {64, 3}}});
+  }
+  return cases;
+}
+
 class PrefillAttention : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
@@ -54,10 +75,13 @@ class PrefillAttention : public ::testing::TestWithParam<DType> {
       GTEST_SKIP() << "the tensor-core kernel needs compute capability 8.0; kernels loaded as "
                    << info.describe_image() << " on " << info.name;
     }
-    dtype_ = GetParam();
+    start(GetParam(), PrefillAttentionKernel::kTensorCore);
+  }
+  void start(DType dtype, PrefillAttentionKernel kernel) {
+    dtype_ = dtype;
     cuda_ = make_cuda_backend(0, dtype_);
     cpu_ = make_cpu_backend();
-    set_prefill_attention_kernel(PrefillAttentionKernel::kTensorCore);
+    set_prefill_attention_kernel(kernel);
   }
   void TearDown() override { set_prefill_attention_kernel(PrefillAttentionKernel::kAuto); }
 
@@ -113,50 +137,98 @@ class PrefillAttention : public ::testing::TestWithParam<DType> {
     return {cuda_->to_host_f32(gpu_out), cpu_out};
   }
 
+  void expect_grid_matches(const std::vector<Case>& cases) {
+    const Bounds b = bounds_for(dtype_);
+    for (const Case& c : cases) {
+      Outputs out = run(c);
+      ASSERT_EQ(out.gpu.shape(), out.cpu.shape());
+      auto cmp = testing::compare(out.gpu.data<float>(), out.cpu.data<float>(), static_cast<size_t>(out.cpu.numel()));
+      EXPECT_TRUE(cmp.within(b.max_abs, b.rel_norm)) << describe(c) << " (" << dtype_name(dtype_) << "): " << cmp.describe();
+    }
+  }
+
+  // The comparison is able to fail: a causal mask one key off (the CPU judging
+  // with every position moved by one) is caught on a case of short sequences.
+  void expect_shifted_mask_caught(int64_t block_size) {
+    const Case c{128, 2, 4, block_size, 0, {{65, 65}, {40, 33}}};
+    const Bounds b = bounds_for(dtype_);
+    Outputs right = run(c);
+    auto ok = testing::compare(right.gpu.data<float>(), right.cpu.data<float>(), static_cast<size_t>(right.cpu.numel()));
+    EXPECT_TRUE(ok.within(b.max_abs, b.rel_norm)) << ok.describe();
+    Outputs planted = run(c, 1);
+    auto bad = testing::compare(planted.gpu.data<float>(), planted.cpu.data<float>(),
+                                static_cast<size_t>(planted.cpu.numel()));
+    EXPECT_FALSE(bad.within(b.max_abs, b.rel_norm)) << "a mask one key off went unnoticed: " << bad.describe();
+  }
+
   DType dtype_ = DType::kBF16;
   std::unique_ptr<Backend> cuda_, cpu_;
 };
 
-TEST_P(PrefillAttention, MatchesTheCpuKernelOverTheGrid) {
-  std::vector<Case> cases;
-  for (int64_t head_dim : {64, 128}) {
-    for (int64_t group : {1, 4, 8}) {
-      const int64_t block = head_dim == 64 ? 16 : 64;
-      // whole prompts of the lengths around a tile (one step: the 1-token one rides with the others)
-      cases.push_back({head_dim, 2, group, block, 0, {{1, 1}, {63, 63}, {64, 64}, {65, 65}}});
-      cases.push_back({head_dim, 2, group, block, 0, {{1000, 1000}}});
-      // chunked prefill: chunks after cached tokens, a decode row, a 1-token chunk
-      cases.push_back({head_dim, 2, group, block, 0, {{1000, 200}, {130, 65}, {70, 1}, {5, 2}, {501, 1}}});
-    }
-    // a sliding window, an odd block size, eight KV heads as in the 7B model
-    cases.push_back({head_dim, 2, 4, 8, 100, {{300, 300}, {250, 70}, {90, 1}}});
-    cases.push_back({head_dim, 8, 4, 64, 0, {{257, 257}, {64, 3}}});
-  }
-  const Bounds b = bounds_for(dtype_);
-  for (const Case& c : cases) {
-    Outputs out = run(c);
-    ASSERT_EQ(out.gpu.shape(), out.cpu.shape());
-    auto cmp = testing::compare(out.gpu.data<float>(), out.cpu.data<float>(), static_cast<size_t>(out.cpu.numel()));
-    EXPECT_TRUE(cmp.within(b.max_abs, b.rel_norm)) << describe(c) << " (" << dtype_name(dtype_) << "): " << cmp.describe();
-  }
-}
+TEST_P(PrefillAttention, MatchesTheCpuKernelOverTheGrid) { expect_grid_matches(grid_cases({64, 128}, true)); }
 
-// The comparison is able to fail: a causal mask one key off (the CPU judging
-// with every position moved by one) is caught on a case of short sequences.
-TEST_P(PrefillAttention, AMaskOneKeyOffIsCaught) {
-  const Case c{128, 2, 4, 16, 0, {{65, 65}, {40, 33}}};
-  const Bounds b = bounds_for(dtype_);
-  Outputs right = run(c);
-  auto ok = testing::compare(right.gpu.data<float>(), right.cpu.data<float>(), static_cast<size_t>(right.cpu.numel()));
-  EXPECT_TRUE(ok.within(b.max_abs, b.rel_norm)) << ok.describe();
-  Outputs planted = run(c, 1);
-  auto bad = testing::compare(planted.gpu.data<float>(), planted.cpu.data<float>(),
-                              static_cast<size_t>(planted.cpu.numel()));
-  EXPECT_FALSE(bad.within(b.max_abs, b.rel_norm)) << "a mask one key off went unnoticed: " << bad.describe();
-}
+TEST_P(PrefillAttention, AMaskOneKeyOffIsCaught) { expect_shifted_mask_caught(16); }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, PrefillAttention, ::testing::Values(DType::kF16, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// FlashInfer's sm_90a kernel, forced, on the cases it covers (bf16, head_dim
+// 128, no window), and on prompts spanning many of its 128-row query tiles
+// and several thread blocks' work lists. Skips unless the device has compute
+// capability 9.0 and the build holds the kernel.
+class PrefillAttentionSm90 : public PrefillAttention {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+    const CudaDeviceInfo info = cuda_device_info(0);
+    if (info.device_capability() != 90) GTEST_SKIP() << "sm_90a code runs on compute capability 9.0 only: " << info.name;
+    if (!cuda::sm90_prefill_built()) GTEST_SKIP() << "this build holds no FlashInfer kernel";
+    start(DType::kBF16, PrefillAttentionKernel::kFlashInfer);
+  }
+};
+
+TEST_P(PrefillAttentionSm90, MatchesTheCpuKernelOverTheGrid) {
+  std::vector<Case> cases = grid_cases({128}, false);
+  cases.push_back({128, 8, 4, 64, 0, {{2049, 2049}, {700, 300}, {129, 128}, {2, 1}}});
+  expect_grid_matches(cases);
+}
+
+TEST_P(PrefillAttentionSm90, AMaskOneKeyOffIsCaught) { expect_shifted_mask_caught(16); }
+
+INSTANTIATE_TEST_SUITE_P(Bf16, PrefillAttentionSm90, ::testing::Values(DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Forcing FlashInfer's kernel where it cannot run (f16 here; or a device not
+// 9.0, or a build without it) is refused, not silently replaced.
+TEST(PrefillAttentionChoice, ForcedFlashInferInF16IsRefused) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  if (cuda_device_info(0).effective_capability() < 75) GTEST_SKIP() << "no kernel image for this device";
+  auto cuda = make_cuda_backend(0, DType::kF16);
+  AttentionBatch batch;
+  batch.positions = {0, 1};
+  batch.query_start = {0, 2};
+  batch.block_tables = {0};
+  batch.max_blocks_per_seq = 1;
+  auto zeros = [&](Shape shape) {
+    return cuda->upload_weight(Tensor::from_f32(std::vector<float>(shape_numel(shape)), shape).to_dtype(DType::kF16));
+  };
+  PagedKvLayer cache{zeros({1, 1, 16, 128}), zeros({1, 1, 16, 128})};
+  Tensor qkv = zeros({2, 3 * 128});
+  Tensor out = Tensor::empty({2, 128}, DType::kF16, cuda->allocator());
+  cuda->prepare(batch);
+  set_prefill_attention_kernel(PrefillAttentionKernel::kFlashInfer);
+  try {
+    cuda->paged_attention(qkv, 1, batch, cache, 16, out);
+    set_prefill_attention_kernel(PrefillAttentionKernel::kAuto);
+    FAIL() << "forced FlashInfer ran in f16";
+  } catch (const Error& e) {
+    set_prefill_attention_kernel(PrefillAttentionKernel::kAuto);
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(e.message().find("FlashInfer"), std::string::npos) << e.message();
+  }
+  EXPECT_NO_THROW(cuda->paged_attention(qkv, 1, batch, cache, 16, out));
+  cuda->synchronize();
+}
 
 // Forcing the tensor-core kernel where it cannot run (f32) is refused, not
 // silently replaced; kAuto there runs the scalar kernel.

@@ -23,6 +23,8 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/dtype_dispatch.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/prefill_kernel_choice.h"
+#include "backend/cuda/prefill_sm90.h"
 #include "backend/cuda/w4_linear.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -103,7 +105,9 @@ class CudaBackend final : public Backend {
     int count = 1;
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index));
     multiprocessors_ = count;
-    kernel_capability_ = cuda_device_info(index).effective_capability();
+    const CudaDeviceInfo info = cuda_device_info(index);
+    kernel_capability_ = info.effective_capability();
+    device_capability_ = info.device_capability();
     if (const char* kernel = std::getenv("TESSERA_DECODE_ATTENTION")) {
       use_split_decode_ = std::string(kernel) != "per_query";
     }
@@ -255,6 +259,7 @@ class CudaBackend final : public Backend {
     token_seq_ = upload(token_seq_buffer_, token_seq_host_);
     block_tables_ = upload(block_tables_buffer_, batch.block_tables);
     prepared_tokens_ = batch.num_tokens();
+    sm90_plan_heads_ = 0;
   }
 
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
@@ -359,6 +364,14 @@ class CudaBackend final : public Backend {
     // anything with a prefill chunk takes the tiled one.
     if (max_new_tokens_ >= kTiledFrom) {
       if (staging_) return;
+      const int64_t kv_heads = cache.keys.dim(1), head_dim = cache.keys.dim(3);
+      if (cuda::use_sm90_prefill(compute_dtype_, head_dim, batch.sliding_window, device_capability_)) {
+        const cuda::Sm90PrefillDevicePlan& plan = sm90_plan(batch, num_heads);
+        cuda::launch_prefill_attention_sm90(ptr<__nv_bfloat16>(qkv), plan, batch.num_tokens(), block_tables_,
+                                            num_heads, kv_heads, head_dim, block_size, ptr<__nv_bfloat16>(cache.keys),
+                                            ptr<__nv_bfloat16>(cache.values), ptr<__nv_bfloat16>(out), stream_);
+        return;
+      }
       dispatch(compute_dtype_, [&](auto tag) {
         using T = decltype(tag);
         cuda::launch_prefill_attention<T>(ptr<T>(qkv), positions_, tile_seq_, tile_first_, tile_count_,
@@ -559,6 +572,18 @@ class CudaBackend final : public Backend {
     return buffer.upload(host, *allocator_, stream_, graph_generation_);
   }
 
+  // The FlashInfer kernel's work plan for this step, made and uploaded by its
+  // first layer (every layer of a step has the same plan).
+  const cuda::Sm90PrefillDevicePlan& sm90_plan(const AttentionBatch& batch, int64_t num_heads) {
+    if (sm90_plan_heads_ != num_heads) {
+      const cuda::Sm90PrefillPlan plan = cuda::plan_sm90_prefill(batch.query_start, batch.positions,
+                                                                 batch.max_blocks_per_seq, num_heads, multiprocessors_);
+      sm90_device_plan_ = cuda::sm90_device_plan(plan, upload(sm90_plan_buffer_, plan.packed()));
+      sm90_plan_heads_ = num_heads;
+    }
+    return sm90_device_plan_;
+  }
+
   // A step of decode tokens only: split-K attention, GQA groups sharing K/V reads.
   void decode_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                         int64_t block_size, Tensor& out, const cuda::DecodeRope& rope) {
@@ -607,6 +632,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Gemm> gemm_;
 
   DeviceVector<int32_t> tile_seq_buffer_, tile_first_buffer_, tile_count_buffer_;
+  DeviceVector<int32_t> sm90_plan_buffer_;
+  cuda::Sm90PrefillDevicePlan sm90_device_plan_;
+  int64_t sm90_plan_heads_ = 0;  // 0: no plan for the prepared step yet
   std::vector<int32_t> tile_seq_host_, tile_first_host_, tile_count_host_;
   const int32_t* tile_seq_ = nullptr;
   const int32_t* tile_first_ = nullptr;
@@ -627,6 +655,7 @@ class CudaBackend final : public Backend {
   Tensor sampled_ids_;                 // [rows] i32: sampled ids before their copy to the host
   Tensor sampling_rows_, logit_edits_; // bytes of a step's SamplingRows and LogitEdits (never read by graphs)
   PinnedStaging pinned_;               // to_host_f32's landing place
+  int device_capability_ = 0;  // the GPU's own (CudaDeviceInfo::device_capability)
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)
   Tensor input_scratch_;     // formed_input's buffer
   bool fuse_inputs_ = true;  // TESSERA_FUSED_INPUT=0: norms and SiLU·mul by their own ops (comparisons)

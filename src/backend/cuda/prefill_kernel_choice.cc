@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/prefill_sm90.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -40,6 +42,9 @@ bool use_tensor_core_prefill(DType dtype, int64_t head_dim, int image_arch) {
     throw Error(ErrorKind::kUnsupported, "the tensor-core prefill attention cannot run: " + why_not,
                 "use the scalar kernel (PrefillAttentionKernel::kAuto or kScalar)");
   }
+  if (wanted == PrefillAttentionKernel::kFlashInfer) {
+    throw Error(ErrorKind::kInternal, "the FlashInfer prefill attention was asked for and not taken");
+  }
   const bool tensor_core = wanted != PrefillAttentionKernel::kScalar && why_not.empty();
   if (tensor_core) {
     log_once(fmt::format("prefill attention: tensor-core kernel (mma.sync {}, head_dim {}, image {}.{})",
@@ -50,6 +55,40 @@ bool use_tensor_core_prefill(DType dtype, int64_t head_dim, int image_arch) {
     log_once(fmt::format("prefill attention: scalar kernel ({})", why_not));
   }
   return tensor_core;
+}
+
+bool use_sm90_prefill(DType dtype, int64_t head_dim, int64_t window, int device_capability) {
+  const PrefillAttentionKernel wanted = prefill_attention_kernel();
+  if (wanted == PrefillAttentionKernel::kScalar || wanted == PrefillAttentionKernel::kTensorCore) return false;
+  static const bool switched_off = [] {
+    const char* env = std::getenv("TESSERA_SM90_PREFILL");
+    return env != nullptr && std::string(env) == "0";
+  }();
+  std::string why_not;
+  if (!sm90_prefill_built()) {
+    why_not = "this build holds no FlashInfer kernel (architectures without 90, or no headers at configure time)";
+  } else if (device_capability != 90) {
+    why_not = fmt::format("the device has compute capability {}.{}; sm_90a code runs on 9.0 only", device_capability / 10,
+                          device_capability % 10);
+  } else if (dtype != DType::kBF16) {
+    why_not = fmt::format("it computes in {}; the kernel is built for bfloat16", dtype_name(dtype));
+  } else if (head_dim != kSm90PrefillHeadDim) {
+    why_not = fmt::format("head_dim {}; the kernel is built for {}", head_dim, kSm90PrefillHeadDim);
+  } else if (window > 0) {
+    why_not = "the model has a sliding window; the kernel is built without one";
+  } else if (switched_off && wanted == PrefillAttentionKernel::kAuto) {
+    why_not = "TESSERA_SM90_PREFILL=0";
+  }
+  if (wanted == PrefillAttentionKernel::kFlashInfer && !why_not.empty()) {
+    throw Error(ErrorKind::kUnsupported, "the FlashInfer prefill attention cannot run: " + why_not,
+                "use tessera's own kernels (PrefillAttentionKernel::kAuto)");
+  }
+  if (why_not.empty()) {
+    log_once(fmt::format("prefill attention: FlashInfer's sm_90a kernel (bf16, head_dim {})", head_dim));
+  } else if (device_capability == 90) {
+    log_once("prefill attention: not FlashInfer's sm_90a kernel: " + why_not);
+  }
+  return why_not.empty();
 }
 
 }  // namespace tessera::backend::cuda

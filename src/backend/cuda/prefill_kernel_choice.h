@@ -1,5 +1,6 @@
-// Which prefill attention kernel runs for a launch: the tensor-core kernel
-// (attention_prefill_mma.cu) or the scalar one (attention_prefill.cu).
+// Which prefill attention kernel runs for a launch: FlashInfer's Hopper kernel
+// (attention_prefill_sm90.cu), the tensor-core kernel (attention_prefill_mma.cu)
+// or the scalar one (attention_prefill.cu).
 #pragma once
 
 #include <cstdint>
@@ -14,5 +15,13 @@ namespace tessera::backend::cuda {
 // hold throws Error(kUnsupported) saying which condition fails. Logs the first
 // choice of each kind once.
 bool use_tensor_core_prefill(DType dtype, int64_t head_dim, int image_arch);
+
+// True for FlashInfer's sm_90a kernel: under kAuto when this build holds it,
+// the device has compute capability 9.0 exactly (sm_90a code runs nowhere
+// else), dtype is bf16, head_dim 128, there is no sliding window and
+// TESSERA_SM90_PREFILL is not "0". Forced (kFlashInfer) where that does not
+// hold throws Error(kUnsupported) saying which condition fails; kScalar and
+// kTensorCore never take it. Logs the first choice of each kind once.
+bool use_sm90_prefill(DType dtype, int64_t head_dim, int64_t window, int device_capability);
 
 }  // namespace tessera::backend::cuda
