@@ -118,24 +118,38 @@ int run_bench_attention(const BenchAttentionArgs& a) {
              a.head_dim, a.block_size, dtype_name(backend->compute_dtype()), device.to_string());
   fmt::print("matmul rate {:.1f} TFLOP/s (a large linear layer, measured now); causal FLOPs = 4·n²·d·heads/2\n",
              matmul / 1e12);
-  fmt::print("{:>7}  {:>11} {:>9}  {:>11} {:>9} {:>10}  {:>8}\n", "tokens", "scalar ms", "TFLOP/s", "tensor ms",
-             "TFLOP/s", "of matmul", "speed-up");
-  std::string scalar_why, tensor_why;
+  // Each kernel: ms a call, TFLOP/s, and the share of the matmul rate.
+  struct Column {
+    const char* name;
+    backend::PrefillAttentionKernel kernel;
+    std::string why;  // why it cannot run here, once it failed
+  };
+  std::vector<Column> columns = {{"scalar", backend::PrefillAttentionKernel::kScalar, ""}};
+  if (!device.is_cpu()) {
+    columns.push_back({"tensor-core", backend::PrefillAttentionKernel::kTensorCore, ""});
+    columns.push_back({"flashinfer", backend::PrefillAttentionKernel::kFlashInfer, ""});
+  }
+  fmt::print("{:>7}", "tokens");
+  for (const Column& c : columns) fmt::print("  {:>11} ms {:>7} {:>6}", c.name, "TFLOP/s", "of mm");
+  fmt::print("\n");
   for (int64_t n : lengths) {
     Problem p = make_problem(*backend, a, n);
     const double flops = 4.0 * double(n) * double(n) * double(a.head_dim) * double(a.heads) / 2.0;
-    const double scalar = time_kernel(*backend, a, p, backend::PrefillAttentionKernel::kScalar, &scalar_why);
-    const double tensor = device.is_cpu() ? -1.0
-                                          : time_kernel(*backend, a, p, backend::PrefillAttentionKernel::kTensorCore,
-                                                        &tensor_why);
-    auto ms = [](double s) { return s < 0 ? std::string("n/a") : fmt::format("{:.3f}", s * 1e3); };
-    auto rate = [&](double s) { return s < 0 ? std::string("n/a") : fmt::format("{:.2f}", flops / s / 1e12); };
-    fmt::print("{:>7}  {:>11} {:>9}  {:>11} {:>9} {:>10}  {:>8}\n", n, ms(scalar), rate(scalar), ms(tensor),
-               rate(tensor), tensor < 0 ? std::string("n/a") : fmt::format("{:.1f}%", 100.0 * flops / tensor / matmul),
-               scalar < 0 || tensor < 0 ? std::string("n/a") : fmt::format("{:.1f}x", scalar / tensor));
+    fmt::print("{:>7}", n);
+    for (Column& c : columns) {
+      const double s = time_kernel(*backend, a, p, c.kernel, &c.why);
+      if (s < 0) {
+        fmt::print("  {:>14} {:>7} {:>6}", "n/a", "", "");
+      } else {
+        fmt::print("  {:>14.3f} {:>7.1f} {:>5.1f}%", s * 1e3, flops / s / 1e12, 100.0 * flops / s / matmul);
+      }
+    }
+    fmt::print("\n");
   }
   if (device.is_cpu()) fmt::print("(the CPU has one attention kernel; it is the scalar column)\n");
-  if (!tensor_why.empty()) fmt::print("tensor-core kernel: {}\n", tensor_why);
+  for (const Column& c : columns) {
+    if (!c.why.empty()) fmt::print("{}: {}\n", c.name, c.why);
+  }
   return 0;
 }
 
