@@ -218,7 +218,9 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
     }
     trace("attention", layer, attn_out);
     project_into_residual(attn_out, {}, w.o, w.o_w4, residual, partial, pending);  // residual += attention
+    if (shard_.world_size == 1) trace("attention_residual", layer, residual);
     project(residual, normed_by(w.ffn_norm), w.gate_up, w.gate_up_w4, Tensor(), gate_up, &pending);
+    trace("gate_up", layer, gate_up);
     project_into_residual(gate_up, silu_mul, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
     if (shard_.world_size == 1) trace("residual", layer, residual);  // on several ranks the add is still pending
   }

@@ -5,16 +5,20 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "model/arch/architecture.h"
+#include "model/convert/awq_scales.h"
 #include "model/convert/safetensors_writer.h"
 #include "model/loader/awq.h"
 #include "model/loader/checkpoint.h"
 #include "model/loader/hf_config.h"
+#include "model/transformer.h"
 
 namespace tessera::model {
 
@@ -54,20 +58,133 @@ backend::QuantizedWeight quantize_rtn(const Tensor& weight, int64_t group_size) 
 
 namespace {
 
-// Checkpoint names of the linear layers (".weight" of qkv, o, gate_up, down sources).
-std::set<std::string> linear_names(const ModelSpec& spec, const Architecture& arch) {
-  std::set<std::string> names;
+// A layer's checkpoint tensor: which layer, which canonical weight
+// ("qkv", "attn_norm", ...) and which part of it.
+struct LayerTensor {
+  int64_t layer = 0;
+  std::string canonical;
+  WeightPart part = WeightPart::kWhole;
+};
+
+// Every per-layer checkpoint name of the architecture.
+std::map<std::string, LayerTensor> layer_tensors(const ModelSpec& spec, const Architecture& arch) {
+  std::map<std::string, LayerTensor> tensors;
+  const std::string prefix = "layers.{L}.";
   for (const WeightSource& source : arch.sources) {
-    const std::string& c = source.canonical_pattern;
-    const bool linear = c.ends_with(".qkv") || c.ends_with(".o") || c.ends_with(".gate_up") || c.ends_with(".down");
-    if (!linear || !source.checkpoint_pattern.ends_with(".weight")) continue;
+    if (!source.canonical_pattern.starts_with(prefix)) continue;
     for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
       std::string name = source.checkpoint_pattern;
       name.replace(name.find("{L}"), 3, std::to_string(layer));
-      names.insert(name);
+      tensors[name] = {layer, source.canonical_pattern.substr(prefix.size()), source.part};
     }
   }
+  return tensors;
+}
+
+bool is_linear(const LayerTensor& t, const std::string& name) {
+  const bool linear = t.canonical == "qkv" || t.canonical == "o" || t.canonical == "gate_up" || t.canonical == "down";
+  return linear && name.ends_with(".weight");
+}
+
+// Checkpoint names of the linear layers (".weight" of qkv, o, gate_up, down sources).
+std::set<std::string> linear_names(const ModelSpec& spec, const Architecture& arch) {
+  std::set<std::string> names;
+  for (const auto& [name, tensor] : layer_tensors(spec, arch)) {
+    if (is_linear(tensor, name)) names.insert(name);
+  }
   return names;
+}
+
+// w [rows, cols] f32: columns × s (an input scale), in place.
+void scale_columns(Tensor& w, const std::vector<float>& s) {
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  TESSERA_CHECK(static_cast<int64_t>(s.size()) == cols);
+  float* p = w.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) p[r * cols + c] *= s[c];
+  }
+}
+
+// Rows [first, first + s.size()) of w ÷ s, in place (1-D w: its elements).
+void divide_rows(Tensor& w, const std::vector<float>& s, int64_t first) {
+  const int64_t cols = w.rank() == 2 ? w.dim(1) : 1;
+  TESSERA_CHECK(first + static_cast<int64_t>(s.size()) <= w.dim(0));
+  float* p = w.data<float>();
+  for (size_t r = 0; r < s.size(); ++r) {
+    for (int64_t c = 0; c < cols; ++c) p[(first + r) * cols + c] /= s[r];
+  }
+}
+
+// The checkpoint tensor `source` (f32 copy) with its layer's scales folded
+// in: a linear's input columns × s, the op before ÷ s (awq_scales.h).
+Tensor fold_scales(const Tensor& source, const LayerTensor& t, const LayerScales& scales, int64_t intermediate) {
+  Tensor w = source.to_f32();
+  if (t.canonical == "attn_norm") {
+    divide_rows(w, scales.qkv.s, 0);
+  } else if (t.canonical == "ffn_norm") {
+    divide_rows(w, scales.gate_up.s, 0);
+  } else if (t.canonical == "qkv") {
+    scale_columns(w, scales.qkv.s);
+  } else if (t.canonical == "gate_up") {
+    scale_columns(w, scales.gate_up.s);
+    if (t.part == WeightPart::kUp) divide_rows(w, scales.down.s, 0);
+    if (t.part == WeightPart::kWhole) divide_rows(w, scales.down.s, intermediate);
+  } else if (t.canonical == "down") {
+    scale_columns(w, scales.down.s);
+  }
+  return w;
+}
+
+bool takes_scales(const LayerTensor& t, const std::string& name) {
+  const bool weight = name.ends_with(".weight");
+  return weight && (t.canonical == "attn_norm" || t.canonical == "ffn_norm" || t.canonical == "qkv" ||
+                    t.canonical == "gate_up" || t.canonical == "down");
+}
+
+// The scales of every layer from the 16-bit model run on the calibration.
+std::vector<LayerScales> calibrate(const std::filesystem::path& model_dir, const ModelSpec& spec,
+                                   const Architecture& arch, const Checkpoint& checkpoint, int64_t group_size,
+                                   const AwqCalibration& calibration) {
+  LayerNorms norms;
+  norms.eps = static_cast<float>(spec.rms_norm_eps);
+  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+    const CanonicalWeights part = assemble_part(spec, arch, checkpoint, layer);
+    const std::string base = "layers." + std::to_string(layer) + ".";
+    norms.attn.push_back(part.at(base + "attn_norm").to_f32());
+    norms.ffn.push_back(part.at(base + "ffn_norm").to_f32());
+  }
+  std::unique_ptr<backend::Backend> own_cpu = backend::make_cpu_backend();
+  backend::Backend& runner = calibration.backend != nullptr ? *calibration.backend : *own_cpu;
+  int64_t tokens = 0;
+  for (const auto& seq : calibration.sequences) tokens += static_cast<int64_t>(seq.size());
+  log_info("auto_awq: running the 16-bit model over {} calibration tokens ({} sequences) on {}", tokens,
+           calibration.sequences.size(), runner.device().to_string());
+  std::vector<LayerInputs> inputs;
+  {
+    std::unique_ptr<Transformer> model = load_transformer(model_dir, runner);
+    inputs = collect_linear_inputs(*model, norms, calibration.sequences);
+  }
+  std::vector<LayerScales> scales(spec.num_layers);
+  for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
+    const CanonicalWeights part = assemble_part(spec, arch, checkpoint, layer);
+    const std::string base = "layers." + std::to_string(layer) + ".";
+    auto choose = [&](const char* name, const LinearInputs& in) {
+      return choose_input_scale(part.at(base + name).to_f32(), in, group_size, calibration.search_scale,
+                                calibration.ratio, *own_cpu);
+    };
+    LayerScales& s = scales[layer];
+    s.qkv = choose("qkv", inputs[layer].qkv);
+    s.gate_up = choose("gate_up", inputs[layer].gate_up);
+    s.down = choose("down", inputs[layer].down);
+    if (calibration.search_scale) {
+      auto gain = [](const InputScale& in) { return in.rtn_error > 0 ? 1.0 - in.error / in.rtn_error : 0.0; };
+      log_info("auto_awq: layer {}: alpha qkv {:.2f} gate_up {:.2f} down {:.2f}; output error {:.1f} %, {:.1f} %, "
+               "{:.1f} % below round-to-nearest",
+               layer, s.qkv.alpha, s.gate_up.alpha, s.down.alpha, 100 * gain(s.qkv), 100 * gain(s.gate_up),
+               100 * gain(s.down));
+    }
+  }
+  return scales;
 }
 
 bool is_weight_file(const std::filesystem::path& path) {
@@ -80,6 +197,11 @@ bool is_weight_file(const std::filesystem::path& path) {
 
 void write_awq_model(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
                      int64_t group_size) {
+  write_awq_model(model_dir, out_dir, group_size, AwqCalibration{});
+}
+
+void write_awq_model(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
+                     int64_t group_size, const AwqCalibration& calibration) {
   const ModelSpec spec = read_model_spec(model_dir);
   if (spec.quantization.awq()) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("{} is already an AWQ checkpoint", model_dir.string()),
@@ -88,20 +210,32 @@ void write_awq_model(const std::filesystem::path& model_dir, const std::filesyst
   const Architecture& arch = find_architecture(spec.architecture);
   const Checkpoint checkpoint = Checkpoint::open(model_dir);
   const std::set<std::string> linears = linear_names(spec, arch);
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const std::string& name : checkpoint.names()) {
+  for (const std::string& name : linears) {  // before any calibration: the sizes the groups must divide
     const Tensor& source = checkpoint.get(name).tensor;
-    if (!linears.contains(name)) {
-      tensors.emplace_back(name, source);  // a view of the mapped file, written as it is
-      continue;
-    }
-    const int64_t out = source.dim(0), in = source.dim(1);
-    if (in % group_size != 0 || out % 8 != 0) {
+    if (source.dim(1) % group_size != 0 || source.dim(0) % 8 != 0) {
       throw Error(ErrorKind::kInvalidArgument,
                   fmt::format("{}: [{}, {}] cannot be quantized in groups of {} (AWQ needs the inputs to be a multiple "
                               "of the group size and the outputs of 8)",
-                              name, out, in, group_size),
+                              name, source.dim(0), source.dim(1), group_size),
                   "choose --w-group-size 32, 64 or 128 dividing every layer's input size");
+    }
+  }
+  const std::map<std::string, LayerTensor> per_layer = layer_tensors(spec, arch);
+  const bool scaled = !calibration.sequences.empty();
+  const std::vector<LayerScales> scales =
+      scaled ? calibrate(model_dir, spec, arch, checkpoint, group_size, calibration) : std::vector<LayerScales>();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& name : checkpoint.names()) {
+    const Tensor& checkpoint_tensor = checkpoint.get(name).tensor;
+    const auto found = per_layer.find(name);
+    const bool folds = scaled && found != per_layer.end() && takes_scales(found->second, name);
+    const Tensor source = folds ? fold_scales(checkpoint_tensor, found->second, scales[found->second.layer],
+                                              spec.intermediate_size)
+                                : checkpoint_tensor;
+    if (!linears.contains(name)) {
+      // As it is (a view of the mapped file), or scaled in its own dtype.
+      tensors.emplace_back(name, folds ? source.to_dtype(checkpoint_tensor.dtype()) : source);
+      continue;
     }
     const AwqTensors awq = to_awq_tensors(quantize_rtn(source.to_dtype(DType::kF32), group_size));
     const std::string base = name.substr(0, name.size() - 7);
@@ -122,8 +256,11 @@ void write_awq_model(const std::filesystem::path& model_dir, const std::filesyst
     std::filesystem::copy_file(entry.path(), out_dir / entry.path().filename(),
                                std::filesystem::copy_options::overwrite_existing);
   }
-  log_info("wrote {} linear layers in 4 bits (round-to-nearest, groups of {}) to {}", linears.size(), group_size,
-           out_dir.string());
+  log_info("wrote {} linear layers in 4 bits ({}, groups of {}) to {}", linears.size(),
+           !scaled                   ? "round-to-nearest, no calibration"
+           : calibration.search_scale ? "activation-aware scales, alpha searched per input"
+                                      : fmt::format("activation-aware scales, alpha {:.2f}", calibration.ratio),
+           group_size, out_dir.string());
 }
 
 }  // namespace tessera::model

@@ -1,14 +1,18 @@
 // `tessera lite auto_awq`: writes an AWQ checkpoint (AutoAWQ's GEMM layout, as
 // LMDeploy's `lite auto_awq` writes it; loader/awq.h) from a 16-bit model.
 //
-// The quantization is round-to-nearest with a per-group min/max zero point
-// (RTN), not activation-aware: no calibration data, no search for per-channel
-// scales. AWQ proper scales salient input channels before rounding and loses
-// less accuracy; the file layout is the same, so AWQ exports from LMDeploy or
-// AutoAWQ load the same way.
+// Each group of weights is rounded to nearest with a per-group min/max zero
+// point (RTN). Given calibration tokens, the input channels are first scaled
+// by their activations, AWQ's activation-aware scaling (awq_scales.h says
+// how); without, the rounding alone. The file layout is the same either way,
+// so AWQ exports from LMDeploy or AutoAWQ load the same way.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <vector>
+
+#include "backend/backend.h"
 
 #include "backend/quantized_weight.h"
 #include "core/tensor.h"
@@ -27,5 +31,19 @@ backend::QuantizedWeight quantize_rtn(const Tensor& weight, int64_t group_size);
 // sizes the group size does not divide.
 void write_awq_model(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
                      int64_t group_size);
+
+// What activation-aware scaling runs on.
+struct AwqCalibration {
+  std::vector<std::vector<int32_t>> sequences;  // token ids; none: round-to-nearest only
+  bool search_scale = false;                    // search α per input (awq_scales.h), else `ratio`
+  float ratio = 0.5f;
+  backend::Backend* backend = nullptr;          // runs the 16-bit model (tp 1); null: a CPU backend
+};
+
+// The same, the linear layers' inputs scaled by their activations on
+// `calibration.sequences` first (and the scales folded into the norms and
+// up's rows) where there are any.
+void write_awq_model(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
+                     int64_t group_size, const AwqCalibration& calibration);
 
 }  // namespace tessera::model

@@ -1,0 +1,190 @@
+#include "model/convert/awq_scales.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/quantized_weight.h"
+#include "core/error.h"
+#include "model/convert/awq_quantize.h"
+#include "model/forward_batch.h"
+
+namespace tessera::model {
+
+namespace {
+
+// Adds rows [n, dim] of one input; rows whose index over all calibration
+// tokens (first + t) is a multiple of `stride` are kept for the search.
+void add_rows(LinearInputs& inputs, const float* x, int64_t n, int64_t dim, int64_t first, int64_t stride) {
+  if (inputs.abs_sum.empty()) inputs.abs_sum.assign(dim, 0.0);
+  TESSERA_CHECK(static_cast<int64_t>(inputs.abs_sum.size()) == dim);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = x + t * dim;
+    for (int64_t j = 0; j < dim; ++j) inputs.abs_sum[j] += std::fabs(row[j]);
+    if ((first + t) % stride == 0 && inputs.row_count < kSearchRows) {
+      inputs.rows.insert(inputs.rows.end(), row, row + dim);
+      ++inputs.row_count;
+    }
+  }
+  inputs.tokens += n;
+}
+
+// rms_norm(x) · weight, row by row, as the linear layer forms its input.
+std::vector<float> normed(const Tensor& x, const Tensor& weight, float eps) {
+  const int64_t n = x.dim(0), dim = x.dim(1);
+  const float* in = x.data<float>();
+  const float* g = weight.data<float>();
+  std::vector<float> out(n * dim);
+  for (int64_t t = 0; t < n; ++t) {
+    double squares = 0.0;
+    for (int64_t j = 0; j < dim; ++j) squares += double(in[t * dim + j]) * in[t * dim + j];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(squares / dim) + eps);
+    for (int64_t j = 0; j < dim; ++j) out[t * dim + j] = in[t * dim + j] * inv * g[j];
+  }
+  return out;
+}
+
+// silu(gate) · up of gate_up rows [n, 2 · inter].
+std::vector<float> silu_mul(const Tensor& gate_up) {
+  const int64_t n = gate_up.dim(0), inter = gate_up.dim(1) / 2;
+  const float* in = gate_up.data<float>();
+  std::vector<float> out(n * inter);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < inter; ++j) {
+      const float g = in[t * 2 * inter + j], u = in[t * 2 * inter + inter + j];
+      out[t * inter + j] = g / (1.0f + std::exp(-g)) * u;
+    }
+  }
+  return out;
+}
+
+// Σ (a - b)² over two host f32 tensors of one shape.
+double squared_error(const Tensor& a, const Tensor& b) {
+  const float* x = a.data<float>();
+  const float* y = b.data<float>();
+  double sum = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) sum += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+  return sum;
+}
+
+// round_to_nearest(W · diag(s)) · diag(1/s): what the 4-bit model computes with.
+Tensor scaled_round_trip(const Tensor& weight, const std::vector<float>& s, int64_t group_size) {
+  const int64_t out = weight.dim(0), in = weight.dim(1);
+  Tensor scaled = Tensor::empty({out, in}, DType::kF32);
+  const float* w = weight.data<float>();
+  float* ws = scaled.data<float>();
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t j = 0; j < in; ++j) ws[o * in + j] = w[o * in + j] * s[j];
+  }
+  Tensor round_trip = backend::dequantize_weight(quantize_rtn(scaled, group_size)).to_f32();
+  float* r = round_trip.data<float>();
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t j = 0; j < in; ++j) r[o * in + j] /= s[j];
+  }
+  return round_trip;
+}
+
+}  // namespace
+
+std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNorms& norms,
+                                               const std::vector<std::vector<int32_t>>& sequences) {
+  const ModelSpec& spec = model.spec();
+  int64_t total = 0, longest = 0;
+  for (const auto& seq : sequences) {
+    total += static_cast<int64_t>(seq.size());
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(seq.size()));
+  }
+  if (total == 0) {
+    throw Error(ErrorKind::kInvalidArgument, "the calibration text encodes to no tokens",
+                "give a --calib-text file with some text in it");
+  }
+  TESSERA_CHECK(static_cast<int64_t>(norms.attn.size()) == spec.num_layers &&
+                static_cast<int64_t>(norms.ffn.size()) == spec.num_layers);
+  const int64_t stride = std::max<int64_t>(1, (total + kSearchRows - 1) / kSearchRows);
+  std::vector<LayerInputs> inputs(spec.num_layers);
+  int64_t first = 0;  // the current sequence's first token among all calibration tokens
+  backend::Backend& backend = model.backend();
+  model.set_trace([&](const std::string& name, int64_t layer, const Tensor& value) {
+    const bool layer_input = name == "embedding" || (name == "residual" && layer + 1 < spec.num_layers);
+    if (!layer_input && name != "attention_residual" && name != "gate_up") return;
+    const Tensor x = backend.to_host_f32(value);
+    const int64_t n = x.dim(0);
+    if (layer_input) {
+      const int64_t next = name == "embedding" ? 0 : layer + 1;
+      add_rows(inputs[next].qkv, normed(x, norms.attn[next], norms.eps).data(), n, x.dim(1), first, stride);
+    } else if (name == "attention_residual") {
+      add_rows(inputs[layer].gate_up, normed(x, norms.ffn[layer], norms.eps).data(), n, x.dim(1), first, stride);
+    } else {
+      add_rows(inputs[layer].down, silu_mul(x).data(), n, x.dim(1) / 2, first, stride);
+    }
+  });
+  constexpr int64_t kBlockSize = 64;
+  backend::PagedKvCache cache = model.allocate_cache((longest + kBlockSize - 1) / kBlockSize, kBlockSize);
+  try {
+    for (const auto& seq : sequences) {
+      if (seq.empty()) continue;
+      model.forward(sequence_batch(seq, 0, kBlockSize, 1), cache);
+      first += static_cast<int64_t>(seq.size());
+    }
+  } catch (...) {
+    model.set_trace(nullptr);
+    throw;
+  }
+  model.set_trace(nullptr);
+  return inputs;
+}
+
+std::vector<float> awq_scale(const LinearInputs& inputs, float alpha) {
+  const size_t dim = inputs.abs_sum.size();
+  std::vector<float> s(dim, 1.0f);
+  if (alpha == 0.0f || inputs.tokens == 0) return s;
+  float most = 0.0f, least = std::numeric_limits<float>::max();
+  for (size_t j = 0; j < dim; ++j) {
+    const double mean = std::max(inputs.abs_sum[j] / double(inputs.tokens), 1e-4);
+    s[j] = static_cast<float>(std::pow(mean, double(alpha)));
+    most = std::max(most, s[j]);
+    least = std::min(least, s[j]);
+  }
+  // Normalised so that the largest and smallest are reciprocal: the scaled
+  // weights keep the magnitude of the originals.
+  const float norm = std::sqrt(most * least);
+  for (float& v : s) v /= norm;
+  return s;
+}
+
+InputScale choose_input_scale(const Tensor& weight, const LinearInputs& inputs, int64_t group_size, bool search,
+                              float alpha, backend::Backend& cpu) {
+  TESSERA_CHECK(weight.rank() == 2 && weight.dtype() == DType::kF32);
+  const int64_t in = weight.dim(1);
+  TESSERA_CHECK(static_cast<int64_t>(inputs.abs_sum.size()) == in);
+  InputScale best;
+  if (!search) {
+    best.alpha = alpha;
+    best.s = awq_scale(inputs, alpha);
+    return best;
+  }
+  TESSERA_CHECK(inputs.row_count > 0);
+  const Tensor x = Tensor::from_f32(inputs.rows, {inputs.row_count, in});
+  Tensor reference = Tensor::empty({inputs.row_count, weight.dim(0)}, DType::kF32);
+  cpu.linear(x, weight, Tensor(), reference);
+  Tensor approximate = Tensor::empty(reference.shape(), DType::kF32);
+  constexpr int kGrid = 20;
+  best.error = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < kGrid; ++i) {
+    const float a = static_cast<float>(i) / kGrid;
+    std::vector<float> s = awq_scale(inputs, a);
+    cpu.linear(x, scaled_round_trip(weight, s, group_size), Tensor(), approximate);
+    const double error = squared_error(reference, approximate);
+    if (i == 0) best.rtn_error = error;
+    if (error < best.error) {
+      best.error = error;
+      best.alpha = a;
+      best.s = std::move(s);
+    }
+  }
+  return best;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,83 @@
+// Activation-aware scaling for `tessera lite auto_awq` (the "A" of AWQ).
+//
+// A few input channels of each linear layer carry much larger activations
+// than the rest, and rounding their weights costs the output most. Before
+// rounding, AWQ multiplies every input channel j of a layer's weight by
+// s_j = mean|x_j|^α (normalised so that max·min = 1) and divides the
+// operation that produces the input by the same s, which leaves the 16-bit
+// model's function unchanged (up to rounding of the divided tensor) and
+// gives the salient channels more of each group's 16 levels. Done here for
+// the three inputs each layer can absorb it into:
+//   qkv     (input: attn_norm(x))        s folded into attn_norm's weight
+//   gate_up (input: ffn_norm(x))         s folded into ffn_norm's weight
+//   down    (input: silu(gate) · up)     s folded into up's rows
+// (o's input comes from attention over v; under GQA one v channel feeds
+// several o inputs, so it is left unscaled, as LMDeploy leaves it.)
+//
+// α is 0.5 by default, or searched per layer and input over 0, 0.05, ...,
+// 0.95 (`--search-scale`): the α whose round-to-nearest weights give the
+// smallest squared error of the layer's output on calibration activations.
+// The activations come from the 16-bit model run on the calibration tokens
+// (all of them for mean|x|, up to kSearchRows evenly spaced tokens for the
+// search). Weight clipping (AutoAWQ's second search) is not done.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+
+namespace tessera::model {
+
+// The activations of one linear layer's input on the calibration tokens.
+struct LinearInputs {
+  std::vector<double> abs_sum;  // [in] Σ|x_j| over every token
+  int64_t tokens = 0;
+  std::vector<float> rows;      // [row_count, in] f32, evenly spaced tokens
+  int64_t row_count = 0;
+};
+
+struct LayerInputs {
+  LinearInputs qkv, gate_up, down;
+};
+
+constexpr int64_t kSearchRows = 256;
+
+// Runs `model` (tp 1, any backend) over each calibration sequence and gathers
+// its layers' linear inputs: mean|x| from every token, and up to
+// kSearchRows rows spread evenly over all of them. `norms` holds each layer's
+// attn_norm and ffn_norm weights (host f32) and eps, since the inputs are
+// formed inside the linear layers. Throws Error(kInvalidArgument) when there
+// is no token.
+struct LayerNorms {
+  std::vector<Tensor> attn, ffn;  // [layers] of [hidden]
+  float eps = 1e-5f;
+};
+std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNorms& norms,
+                                               const std::vector<std::vector<int32_t>>& sequences);
+
+// The scale of each input channel of one linear layer and the α it came from.
+struct InputScale {
+  std::vector<float> s;
+  float alpha = 0.0f;
+  double error = 0.0, rtn_error = 0.0;  // squared output error at α and at α = 0 (searched only)
+};
+struct LayerScales {
+  InputScale qkv, gate_up, down;
+};
+
+// s = mean|x|^α normalised to max·min = 1 (channels with mean|x| below 1e-4
+// taken at 1e-4).
+std::vector<float> awq_scale(const LinearInputs& inputs, float alpha);
+
+// The scale for `weight` (f32 [out, in]) and its inputs: α = `alpha`, or
+// (search) the α of the grid with the least squared error of x·Ŵᵀ against
+// x·Wᵀ over the sampled rows, where Ŵ = round_to_nearest(W·diag(s)) ·
+// diag(1/s) in groups of `group_size`. `cpu` computes the products.
+InputScale choose_input_scale(const Tensor& weight, const LinearInputs& inputs, int64_t group_size, bool search,
+                              float alpha, backend::Backend& cpu);
+
+}  // namespace tessera::model
