@@ -117,7 +117,8 @@ void add_lite_command(CLI::App& app, Runner& runner) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   awq->add_flag("--search-scale", args->search_scale,
-                "search the scale exponent per layer input (0, 0.05, ... 0.95) instead of 0.5");
+                "search the scale exponent per layer input (0, 0.05, ... 0.95) instead of 0.5, and each "
+                "group's clipping");
   awq->add_option("--device", args->device, "where the calibration runs: cpu, cuda or cuda:N")->capture_default_str();
   awq->add_option("--dtype", args->dtype, "the calibration's compute dtype on a GPU: auto, float16, bfloat16")
       ->capture_default_str();

@@ -238,21 +238,25 @@ def test_malformed_checkpoints_get_clear_errors(probe, tmp_path, edit, kind, mes
 
 
 # Activation-aware scaling (`--calib-text`). The model: Llama-shaped, the demo
-# tokenizer, Gaussian weights (std 1/sqrt(inputs); weights drawn from a 4-bit
-# grid would favour round-to-nearest), and three channels of both norms' weights
-# SALIENT times larger, so that those inputs carry much larger activations, as
-# a few channels of trained models do. Measured on it at groups of 32:
-# round-to-nearest gives a logits relative error of 0.449, α = 0.5 0.355, the
-# searched α 0.358; the search puts each layer's qkv and gate_up outputs
-# 41-51 % (squared error) nearer the 16-bit ones than round-to-nearest. With
-# the norms left at 1 (nothing salient): 0.251, 0.284 (α = 0.5 fixed costs a
-# little there) and 0.244.
+# tokenizer, weights drawn from Student's t (heavy tails, as trained weights
+# have; weights drawn from a 4-bit grid would favour round-to-nearest), and
+# three channels of both norms' weights SALIENT times larger, so that those
+# inputs carry much larger activations, as a few channels of trained models
+# do. Judged on held-out text like the calibration text (the quantity AWQ is
+# fitted to), logits relative error at groups of 32: round-to-nearest 0.549,
+# alpha 0.5 0.518, the search (alpha and clipping) 0.439 (0.538 when the
+# search only scales: clipping pays on these tails). The search's own
+# measure: each layer's qkv / gate_up / down outputs 41-59 % / 49-59 % /
+# 32-48 % (squared error) nearer the 16-bit ones than round-to-nearest's.
+# With nothing salient (norms at 1): 0.396, 0.418 (alpha 0.5 fixed costs a
+# little there) and 0.395.
 SALIENT = 8.0
 WORDS = ("once upon a time there was a little girl named lily she loved to play outside in the park with her "
          "dog and a big red ball one day the sun was happy").split()
 
 
 def salient_model(tessera_bin, tmp_path, factor=SALIENT, arch="LlamaForCausalLM", model_type="llama"):
+    """The model above in tmp_path/dense, and a calibration text beside it."""
     demo, dense = tmp_path / "demo", tmp_path / "dense"
     subprocess.run([str(tessera_bin), "demo_model", str(demo)], check=True, capture_output=True, timeout=120)
     ref.write_random_pair(tmp_path / "unused", dense, arch, dict(SMALL, vocab_size=512, model_type=model_type),
@@ -264,16 +268,31 @@ def salient_model(tessera_bin, tmp_path, factor=SALIENT, arch="LlamaForCausalLM"
     tensors = dict(ref.read_safetensors(dense / "model.safetensors"))
     for name, value in tensors.items():
         if value.ndim == 2:
-            tensors[name] = (rng.standard_normal(value.shape) / np.sqrt(value.shape[1])).astype(value.dtype)
+            # Student's t with 3 degrees of freedom (unit variance): heavier tails than
+            # a Gaussian, as trained weights have, where clipping pays.
+            draw = rng.standard_t(3, value.shape) / np.sqrt(3.0)
+            tensors[name] = (draw / np.sqrt(value.shape[1])).astype(value.dtype)
         elif name.endswith(("layernorm.weight", "attention_norm.weight", "ffn_norm.weight")):
             g = np.ones(value.shape, dtype=value.dtype)
             g[[3, 17, 40]] = factor
             tensors[name] = g
     ref.write_safetensors(dense / "model.safetensors", tensors)
     text = tmp_path / "calib.txt"
-    rng = np.random.default_rng(1)
-    text.write_text(" ".join(rng.choice(WORDS, 3000)))
+    text.write_text(words(seed=1, count=3000))
     return dense, text
+
+
+def words(seed, count):
+    return " ".join(np.random.default_rng(seed).choice(WORDS, count))
+
+
+def held_out_ids(model_dir):
+    """60 token ids of text like the calibration's but not in it, by the reference tokenizer."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tokenizer = tokenizers.Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    ids = tokenizer.encode(words(seed=2, count=200)).ids[:60]
+    assert len(ids) == 60
+    return ids
 
 
 def auto_awq(tessera_bin, source, out, *flags):
@@ -302,16 +321,22 @@ def test_calibrated_auto_awq_scales_the_salient_channels(tessera_bin, probe, tmp
         percents = [float(p) for p in line.split("output error ")[1].split(" below")[0].replace("%", "").split(",")]
         assert percents[0] >= 30 and percents[1] >= 30, line
 
-    # The scales are folded consistently, read back with numpy: s from the norms
-    # (16-bit weight ÷ written weight), and every dequantized weight within one
-    # quantization step of the original with its input columns × s (and, for
-    # up, its rows ÷ the down projection's s, taken from down's columns).
+    # The search also clipped: its log says by how much the outputs came nearer.
+    clipping = [line for line in log.splitlines() if "clipping put the outputs nearer" in line]
+    assert len(clipping) == 1 and all(f" {name} " in clipping[0] for name in ("o", "gate_up", "down")), log
+
+    # The scales are folded consistently, read back with numpy from the export
+    # at α = 0.5 (not clipped): s from the norms (16-bit weight ÷ written
+    # weight), and every dequantized weight within one quantization step of
+    # the original with its input columns × s (q and gate). Down's s leaves no
+    # 16-bit trace: it is estimated twice, by least squares from down's
+    # columns (× s) and from up's rows (÷ s), and the two must agree.
     def canonical(model):
         out = tmp_path / (model.name + "-weights.safetensors")
         run_probe(probe, "weights", model, out)
         return ref.read_safetensors(out)
-    d, q = canonical(dense), canonical(tmp_path / "search")
-    written = ref.read_safetensors(tmp_path / "search" / "model.safetensors")
+    d, q = canonical(dense), canonical(tmp_path / "half")
+    written = ref.read_safetensors(tmp_path / "half" / "model.safetensors")
     inter = SMALL["intermediate_size"]
 
     def steps(name):
@@ -326,25 +351,25 @@ def test_calibrated_auto_awq_scales_the_salient_channels(tessera_bin, probe, tmp
         s_gu = d[b + "ffn_norm"] / q[b + "ffn_norm"]
         assert s_qkv.max() / s_qkv.min() > 2 and s_gu.max() / s_gu.min() > 2  # really scaled
         assert s_qkv[[3, 17, 40]].min() > np.delete(s_qkv, [3, 17, 40]).max()  # the salient channels most
-        s_down = (d[b + "down"] * q[b + "down"]).sum(0) / (d[b + "down"] ** 2).sum(0)
-        heads = SMALL["hidden_size"]  # q rows: 4 heads × 16
-        q_rows = slice(0, heads)
+        from_down = (d[b + "down"] * q[b + "down"]).sum(0) / (d[b + "down"] ** 2).sum(0)
+        up = d[b + "gate_up"][inter:] * s_gu
+        from_up = (up ** 2).sum(1) / (up * q[b + "gate_up"][inter:]).sum(1)
+        assert np.max(np.abs(np.log(from_down / from_up))) < 0.15, np.abs(np.log(from_down / from_up)).max()
+        assert from_down.max() / from_down.min() > 1.3  # down really scaled
+        q_rows = slice(0, SMALL["hidden_size"])  # q's rows: 4 heads × 16
         assert within_a_step(q[b + "qkv"][q_rows], d[b + "qkv"][q_rows] * s_qkv, steps(ckpt + "self_attn.q_proj"))
         assert within_a_step(q[b + "gate_up"][:inter], d[b + "gate_up"][:inter] * s_gu, steps(ckpt + "mlp.gate_proj"))
-        up = d[b + "gate_up"][inter:] * s_gu / s_down[:, None]
-        assert within_a_step(q[b + "gate_up"][inter:], up, steps(ckpt + "mlp.up_proj"))
-        assert within_a_step(q[b + "down"], d[b + "down"] * s_down, steps(ckpt + "mlp.down_proj"))
         # The check can fail: the norm's scale applied the wrong way round.
         assert not within_a_step(q[b + "qkv"][q_rows], d[b + "qkv"][q_rows] / s_qkv, steps(ckpt + "self_attn.q_proj"))
 
     # The whole model: nearer the 16-bit logits than round-to-nearest.
-    expected_ids = list(np.random.default_rng(9).integers(3, 512, 60))
-    a = logits(probe, dense, tmp_path, expected_ids)
-    errors = {name: relative_logits_error(a, logits(probe, tmp_path / name, tmp_path, expected_ids))
+    ids = held_out_ids(dense)
+    a = logits(probe, dense, tmp_path, ids)
+    errors = {name: relative_logits_error(a, logits(probe, tmp_path / name, tmp_path, ids))
               for name in ("rtn", "half", "search")}
     print("logits relative error", errors)
     assert errors["search"] <= 0.85 * errors["rtn"], errors
-    assert errors["half"] <= 0.85 * errors["rtn"], errors
+    assert errors["half"] <= 0.97 * errors["rtn"], errors
 
 
 @pytest.mark.parametrize("arch, model_type", [("InternLM2ForCausalLM", "internlm2"), ("Qwen2ForCausalLM", "qwen2")])
@@ -357,22 +382,23 @@ def test_calibrated_auto_awq_of_other_architectures(tessera_bin, probe, tmp_path
     assert len(norms) == 2 * SMALL["num_hidden_layers"], sorted(tensors)
     auto_awq(tessera_bin, dense, tmp_path / "rtn")
     auto_awq(tessera_bin, dense, tmp_path / "search", "--calib-text", str(text), "--search-scale")
-    ids = list(np.random.default_rng(9).integers(3, 512, 60))
+    ids = held_out_ids(dense)
     a = logits(probe, dense, tmp_path, ids)
     rtn = relative_logits_error(a, logits(probe, tmp_path / "rtn", tmp_path, ids))
     search = relative_logits_error(a, logits(probe, tmp_path / "search", tmp_path, ids))
     print(arch, "logits relative error: round-to-nearest", rtn, "searched scales", search)
-    assert search <= 0.85 * rtn, (search, rtn)
+    assert search <= 0.9 * rtn, (search, rtn)
 
 
 def test_calibrated_auto_awq_without_salient_channels_loses_nothing(tessera_bin, probe, tmp_path):
     dense, text = salient_model(tessera_bin, tmp_path, factor=1.0)
     auto_awq(tessera_bin, dense, tmp_path / "rtn")
     auto_awq(tessera_bin, dense, tmp_path / "search", "--calib-text", str(text), "--search-scale")
-    ids = list(np.random.default_rng(9).integers(3, 512, 60))
+    ids = held_out_ids(dense)
     a = logits(probe, dense, tmp_path, ids)
     rtn = relative_logits_error(a, logits(probe, tmp_path / "rtn", tmp_path, ids))
     search = relative_logits_error(a, logits(probe, tmp_path / "search", tmp_path, ids))
+    print("nothing salient: logits relative error: round-to-nearest", rtn, "searched scales", search)
     assert search <= 1.07 * rtn, (search, rtn)
 
 

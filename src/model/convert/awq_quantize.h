@@ -35,7 +35,7 @@ void write_awq_model(const std::filesystem::path& model_dir, const std::filesyst
 // What activation-aware scaling runs on.
 struct AwqCalibration {
   std::vector<std::vector<int32_t>> sequences;  // token ids; none: round-to-nearest only
-  bool search_scale = false;                    // search α per input (awq_scales.h), else `ratio`
+  bool search_scale = false;                    // search α per input and clip (awq_scales.h), else `ratio`
   float ratio = 0.5f;
   backend::Backend* backend = nullptr;          // runs the 16-bit model (tp 1); null: a CPU backend
 };

@@ -108,12 +108,14 @@ std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNo
   backend::Backend& backend = model.backend();
   model.set_trace([&](const std::string& name, int64_t layer, const Tensor& value) {
     const bool layer_input = name == "embedding" || (name == "residual" && layer + 1 < spec.num_layers);
-    if (!layer_input && name != "attention_residual" && name != "gate_up") return;
+    if (!layer_input && name != "attention" && name != "attention_residual" && name != "gate_up") return;
     const Tensor x = backend.to_host_f32(value);
     const int64_t n = x.dim(0);
     if (layer_input) {
       const int64_t next = name == "embedding" ? 0 : layer + 1;
       add_rows(inputs[next].qkv, normed(x, norms.attn[next], norms.eps).data(), n, x.dim(1), first, stride);
+    } else if (name == "attention") {
+      add_rows(inputs[layer].o, x.data<float>(), n, x.dim(1), first, stride);
     } else if (name == "attention_residual") {
       add_rows(inputs[layer].gate_up, normed(x, norms.ffn[layer], norms.eps).data(), n, x.dim(1), first, stride);
     } else {
@@ -185,6 +187,76 @@ InputScale choose_input_scale(const Tensor& weight, const LinearInputs& inputs, 
     }
   }
   return best;
+}
+
+Tensor clip_for_rounding(const Tensor& weight, const LinearInputs& inputs, const std::vector<float>& s,
+                         int64_t group_size, backend::Backend& cpu, double* gain) {
+  TESSERA_CHECK(weight.rank() == 2 && weight.dtype() == DType::kF32 && weight.dim(1) % group_size == 0);
+  const int64_t out = weight.dim(0), in = weight.dim(1), rows = inputs.row_count;
+  TESSERA_CHECK(rows > 0 && static_cast<int64_t>(inputs.rows.size()) == rows * in);
+  Tensor clipped = weight.to_f32();  // a copy
+  float* w = clipped.data<float>();
+  double total_best = 0.0, total_unclipped = 0.0;
+  Tensor x_group = Tensor::empty({rows, group_size}, DType::kF32);
+  Tensor w_group = Tensor::empty({out, group_size}, DType::kF32);
+  Tensor candidate = Tensor::empty({out, group_size}, DType::kF32);
+  Tensor difference = Tensor::empty({out, group_size}, DType::kF32);
+  Tensor error_rows = Tensor::empty({rows, out}, DType::kF32);
+  constexpr int kRatios = 10;  // r = 1, 0.95, ..., 0.55
+  for (int64_t g = 0; g < in / group_size; ++g) {
+    float* xg = x_group.data<float>();
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t i = 0; i < group_size; ++i) {
+        const int64_t j = g * group_size + i;
+        xg[t * group_size + i] = inputs.rows[t * in + j] / (s.empty() ? 1.0f : s[j]);
+      }
+    }
+    float* wg = w_group.data<float>();
+    std::vector<float> max_abs(out, 0.0f);
+    for (int64_t o = 0; o < out; ++o) {
+      for (int64_t i = 0; i < group_size; ++i) {
+        wg[o * group_size + i] = w[o * in + g * group_size + i];
+        max_abs[o] = std::max(max_abs[o], std::fabs(wg[o * group_size + i]));
+      }
+    }
+    std::vector<double> best(out, std::numeric_limits<double>::infinity());
+    std::vector<float> best_ratio(out, 1.0f);
+    for (int r = 0; r < kRatios; ++r) {
+      const float ratio = 1.0f - 0.05f * static_cast<float>(r);
+      float* c = candidate.data<float>();
+      for (int64_t o = 0; o < out; ++o) {
+        const float limit = ratio * max_abs[o];
+        for (int64_t i = 0; i < group_size; ++i) {
+          c[o * group_size + i] = std::clamp(wg[o * group_size + i], -limit, limit);
+        }
+      }
+      const Tensor rounded = backend::dequantize_weight(quantize_rtn(candidate, group_size)).to_f32();
+      const float* q = rounded.data<float>();
+      float* d = difference.data<float>();
+      for (int64_t e = 0; e < out * group_size; ++e) d[e] = wg[e] - q[e];
+      cpu.linear(x_group, difference, Tensor(), error_rows);  // [rows, out]: each row's output error
+      const float* err = error_rows.data<float>();
+      for (int64_t o = 0; o < out; ++o) {
+        double sum = 0.0;
+        for (int64_t t = 0; t < rows; ++t) sum += double(err[t * out + o]) * err[t * out + o];
+        if (r == 0) total_unclipped += sum;
+        if (sum < best[o]) {
+          best[o] = sum;
+          best_ratio[o] = ratio;
+        }
+      }
+    }
+    for (int64_t o = 0; o < out; ++o) {
+      total_best += best[o];
+      const float limit = best_ratio[o] * max_abs[o];
+      for (int64_t i = 0; i < group_size; ++i) {
+        float& v = w[o * in + g * group_size + i];
+        v = std::clamp(v, -limit, limit);
+      }
+    }
+  }
+  if (gain != nullptr) *gain = total_unclipped > 0 ? 1.0 - total_best / total_unclipped : 0.0;
+  return clipped;
 }
 
 }  // namespace tessera::model

@@ -19,7 +19,12 @@
 // smallest squared error of the layer's output on calibration activations.
 // The activations come from the 16-bit model run on the calibration tokens
 // (all of them for mean|x|, up to kSearchRows evenly spaced tokens for the
-// search). Weight clipping (AutoAWQ's second search) is not done.
+// search). The search also clips (AWQ's second search): each group of each
+// output row is clamped to ±r·max|w| before rounding, r the one of 1, 0.95,
+// ..., 0.55 with the least error of that row's output from that group's
+// inputs, which trades a few extreme weights for finer steps for the rest.
+// Not for qkv, whose errors the attention scores amplify (AutoAWQ leaves
+// q and k unclipped too).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +46,7 @@ struct LinearInputs {
 };
 
 struct LayerInputs {
-  LinearInputs qkv, gate_up, down;
+  LinearInputs qkv, o, gate_up, down;
 };
 
 constexpr int64_t kSearchRows = 256;
@@ -79,5 +84,12 @@ std::vector<float> awq_scale(const LinearInputs& inputs, float alpha);
 // diag(1/s) in groups of `group_size`. `cpu` computes the products.
 InputScale choose_input_scale(const Tensor& weight, const LinearInputs& inputs, int64_t group_size, bool search,
                               float alpha, backend::Backend& cpu);
+
+// `weight` (f32 [out, in], its input channels already × s) with every
+// (row, group) clamped as the search above chose, against the inputs ÷ s (s
+// empty: unscaled). `gain`, when given, gets 1 - error / unclipped error
+// summed over the rows and groups.
+Tensor clip_for_rounding(const Tensor& weight, const LinearInputs& inputs, const std::vector<float>& s,
+                         int64_t group_size, backend::Backend& cpu, double* gain = nullptr);
 
 }  // namespace tessera::model
