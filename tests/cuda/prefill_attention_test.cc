@@ -198,65 +198,51 @@ TEST_P(PrefillAttentionSm90, AMaskOneKeyOffIsCaught) { expect_shifted_mask_caugh
 INSTANTIATE_TEST_SUITE_P(Bf16, PrefillAttentionSm90, ::testing::Values(DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// Forcing FlashInfer's kernel where it cannot run (f16 here; or a device not
-// 9.0, or a build without it) is refused, not silently replaced.
-TEST(PrefillAttentionChoice, ForcedFlashInferInF16IsRefused) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
-  if (cuda_device_info(0).effective_capability() < 75) GTEST_SKIP() << "no kernel image for this device";
-  auto cuda = make_cuda_backend(0, DType::kF16);
+// Forcing `kernel` on a backend computing in `dtype` at `head_dim`, where it
+// cannot run, throws kUnsupported with a message containing `word`, and kAuto
+// then runs. The switch is back at kAuto afterwards either way.
+void expect_forced_kernel_refused(DType dtype, int64_t head_dim, PrefillAttentionKernel kernel,
+                                  const std::string& word) {
+  auto cuda = make_cuda_backend(0, dtype);
   AttentionBatch batch;
   batch.positions = {0, 1};
   batch.query_start = {0, 2};
   batch.block_tables = {0};
   batch.max_blocks_per_seq = 1;
   auto zeros = [&](Shape shape) {
-    return cuda->upload_weight(Tensor::from_f32(std::vector<float>(shape_numel(shape)), shape).to_dtype(DType::kF16));
+    return cuda->upload_weight(Tensor::from_f32(std::vector<float>(shape_numel(shape)), shape).to_dtype(dtype));
   };
-  PagedKvLayer cache{zeros({1, 1, 16, 128}), zeros({1, 1, 16, 128})};
-  Tensor qkv = zeros({2, 3 * 128});
-  Tensor out = Tensor::empty({2, 128}, DType::kF16, cuda->allocator());
+  PagedKvLayer cache{zeros({1, 1, 16, head_dim}), zeros({1, 1, 16, head_dim})};
+  Tensor qkv = zeros({2, 3 * head_dim});
+  Tensor out = Tensor::empty({2, head_dim}, dtype, cuda->allocator());
   cuda->prepare(batch);
-  set_prefill_attention_kernel(PrefillAttentionKernel::kFlashInfer);
+  set_prefill_attention_kernel(kernel);
   try {
     cuda->paged_attention(qkv, 1, batch, cache, 16, out);
     set_prefill_attention_kernel(PrefillAttentionKernel::kAuto);
-    FAIL() << "forced FlashInfer ran in f16";
+    FAIL() << "the forced kernel ran where it cannot (" << word << ")";
   } catch (const Error& e) {
     set_prefill_attention_kernel(PrefillAttentionKernel::kAuto);
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
-    EXPECT_NE(e.message().find("FlashInfer"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(word), std::string::npos) << e.message();
   }
   EXPECT_NO_THROW(cuda->paged_attention(qkv, 1, batch, cache, 16, out));
   cuda->synchronize();
+}
+
+// Forcing FlashInfer's kernel where it cannot run (f16 here; or a device not
+// 9.0, or a build without it) is refused, not silently replaced.
+TEST(PrefillAttentionChoice, ForcedFlashInferInF16IsRefused) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  if (cuda_device_info(0).effective_capability() < 75) GTEST_SKIP() << "no kernel image for this device";
+  expect_forced_kernel_refused(DType::kF16, 128, PrefillAttentionKernel::kFlashInfer, "FlashInfer");
 }
 
 // Forcing the tensor-core kernel where it cannot run (f32) is refused, not
 // silently replaced; kAuto there runs the scalar kernel.
 TEST(PrefillAttentionChoice, ForcedTensorCoresInF32AreRefused) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
-  auto cuda = make_cuda_backend(0, DType::kF32);
-  AttentionBatch batch;
-  batch.positions = {0, 1};
-  batch.query_start = {0, 2};
-  batch.block_tables = {0};
-  batch.max_blocks_per_seq = 1;
-  auto zeros = [&](Shape shape) { return cuda->upload_weight(Tensor::from_f32(std::vector<float>(shape_numel(shape)), shape)); };
-  PagedKvLayer cache{zeros({1, 1, 16, 64}), zeros({1, 1, 16, 64})};
-  Tensor qkv = zeros({2, 3 * 64});
-  Tensor out = Tensor::empty({2, 64}, DType::kF32, cuda->allocator());
-  cuda->prepare(batch);
-  set_prefill_attention_kernel(PrefillAttentionKernel::kTensorCore);
-  try {
-    cuda->paged_attention(qkv, 1, batch, cache, 16, out);
-    set_prefill_attention_kernel(PrefillAttentionKernel::kAuto);
-    FAIL() << "forced tensor cores ran in f32";
-  } catch (const Error& e) {
-    set_prefill_attention_kernel(PrefillAttentionKernel::kAuto);
-    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
-    EXPECT_NE(e.message().find("f32"), std::string::npos) << e.message();
-  }
-  EXPECT_NO_THROW(cuda->paged_attention(qkv, 1, batch, cache, 16, out));
-  cuda->synchronize();
+  expect_forced_kernel_refused(DType::kF32, 64, PrefillAttentionKernel::kTensorCore, "f32");
 }
 
 }  // namespace

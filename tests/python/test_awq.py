@@ -372,6 +372,15 @@ def test_calibrated_auto_awq_scales_the_salient_channels(tessera_bin, probe, tmp
     assert errors["half"] <= 0.97 * errors["rtn"], errors
 
 
+def rtn_and_search_errors(tessera_bin, probe, tmp_path, dense, text):
+    """Logits relative errors on held-out text: round-to-nearest's, the search's."""
+    auto_awq(tessera_bin, dense, tmp_path / "rtn")
+    auto_awq(tessera_bin, dense, tmp_path / "search", "--calib-text", str(text), "--search-scale")
+    ids = held_out_ids(dense)
+    a = logits(probe, dense, tmp_path, ids)
+    return tuple(relative_logits_error(a, logits(probe, tmp_path / name, tmp_path, ids)) for name in ("rtn", "search"))
+
+
 @pytest.mark.parametrize("arch, model_type", [("InternLM2ForCausalLM", "internlm2"), ("Qwen2ForCausalLM", "qwen2")])
 def test_calibrated_auto_awq_of_other_architectures(tessera_bin, probe, tmp_path, arch, model_type):
     # InternLM2's fused wqkv and w1/w3 names, Qwen2's biases: the scales fold
@@ -380,24 +389,14 @@ def test_calibrated_auto_awq_of_other_architectures(tessera_bin, probe, tmp_path
     tensors = ref.read_safetensors(dense / "model.safetensors")
     norms = [n for n in tensors if tensors[n].ndim == 1 and tensors[n].max() == SALIENT]
     assert len(norms) == 2 * SMALL["num_hidden_layers"], sorted(tensors)
-    auto_awq(tessera_bin, dense, tmp_path / "rtn")
-    auto_awq(tessera_bin, dense, tmp_path / "search", "--calib-text", str(text), "--search-scale")
-    ids = held_out_ids(dense)
-    a = logits(probe, dense, tmp_path, ids)
-    rtn = relative_logits_error(a, logits(probe, tmp_path / "rtn", tmp_path, ids))
-    search = relative_logits_error(a, logits(probe, tmp_path / "search", tmp_path, ids))
+    rtn, search = rtn_and_search_errors(tessera_bin, probe, tmp_path, dense, text)
     print(arch, "logits relative error: round-to-nearest", rtn, "searched scales", search)
     assert search <= 0.9 * rtn, (search, rtn)
 
 
 def test_calibrated_auto_awq_without_salient_channels_loses_nothing(tessera_bin, probe, tmp_path):
     dense, text = salient_model(tessera_bin, tmp_path, factor=1.0)
-    auto_awq(tessera_bin, dense, tmp_path / "rtn")
-    auto_awq(tessera_bin, dense, tmp_path / "search", "--calib-text", str(text), "--search-scale")
-    ids = held_out_ids(dense)
-    a = logits(probe, dense, tmp_path, ids)
-    rtn = relative_logits_error(a, logits(probe, tmp_path / "rtn", tmp_path, ids))
-    search = relative_logits_error(a, logits(probe, tmp_path / "search", tmp_path, ids))
+    rtn, search = rtn_and_search_errors(tessera_bin, probe, tmp_path, dense, text)
     print("nothing salient: logits relative error: round-to-nearest", rtn, "searched scales", search)
     assert search <= 1.07 * rtn, (search, rtn)
 
