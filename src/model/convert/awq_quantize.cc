@@ -115,16 +115,36 @@ void divide_rows(Tensor& w, const std::vector<float>& s, int64_t first) {
   }
 }
 
+// v's rows (or bias elements) of a qkv checkpoint tensor ÷ the KV-head scale
+// `kv` (awq_scales.h, kv_scale), wherever its part keeps them.
+void divide_v_rows(Tensor& w, WeightPart part, const std::vector<float>& kv, const ModelSpec& spec) {
+  const int64_t hd = spec.head_dim, group = spec.num_heads / spec.num_kv_heads;
+  if (part == WeightPart::kV) return divide_rows(w, kv, 0);
+  if (part == WeightPart::kWhole) return divide_rows(w, kv, spec.q_size() + spec.kv_size());
+  if (part != WeightPart::kPackedWqkv) return;  // q or k
+  for (int64_t g = 0; g < spec.num_kv_heads; ++g) {  // InternLM2: per KV head, its q heads, k, v
+    const std::vector<float> head(kv.begin() + g * hd, kv.begin() + (g + 1) * hd);
+    divide_rows(w, head, (g * (group + 2) + group + 1) * hd);
+  }
+}
+
 // The checkpoint tensor `source` (f32 copy) with its layer's scales folded
 // in: a linear's input columns × s, the op before ÷ s (awq_scales.h).
-Tensor fold_scales(const Tensor& source, const LayerTensor& t, const LayerScales& scales, int64_t intermediate) {
+Tensor fold_scales(const Tensor& source, const LayerTensor& t, const LayerScales& scales, const ModelSpec& spec) {
   Tensor w = source.to_f32();
+  const int64_t intermediate = spec.intermediate_size;
+  const std::vector<float> kv = kv_scale(scales.o.s, spec.num_heads, spec.num_kv_heads, spec.head_dim);
   if (t.canonical == "attn_norm") {
     divide_rows(w, scales.qkv.s, 0);
   } else if (t.canonical == "ffn_norm") {
     divide_rows(w, scales.gate_up.s, 0);
   } else if (t.canonical == "qkv") {
     scale_columns(w, scales.qkv.s);
+    divide_v_rows(w, t.part, kv, spec);
+  } else if (t.canonical == "qkv_bias") {
+    divide_v_rows(w, t.part, kv, spec);
+  } else if (t.canonical == "o") {
+    scale_columns(w, scales.o.s);
   } else if (t.canonical == "gate_up") {
     scale_columns(w, scales.gate_up.s);
     if (t.part == WeightPart::kUp) divide_rows(w, scales.down.s, 0);
@@ -136,9 +156,10 @@ Tensor fold_scales(const Tensor& source, const LayerTensor& t, const LayerScales
 }
 
 bool takes_scales(const LayerTensor& t, const std::string& name) {
-  const bool weight = name.ends_with(".weight");
-  return weight && (t.canonical == "attn_norm" || t.canonical == "ffn_norm" || t.canonical == "qkv" ||
-                    t.canonical == "gate_up" || t.canonical == "down");
+  if (t.canonical == "qkv_bias") return true;
+  return name.ends_with(".weight") && (t.canonical == "attn_norm" || t.canonical == "ffn_norm" ||
+                                       t.canonical == "qkv" || t.canonical == "o" || t.canonical == "gate_up" ||
+                                       t.canonical == "down");
 }
 
 // What the 16-bit model's run over the calibration gave: every layer's
@@ -180,14 +201,15 @@ Calibrated calibrate(const std::filesystem::path& model_dir, const ModelSpec& sp
     };
     LayerScales& s = scales[layer];
     s.qkv = choose("qkv", inputs[layer].qkv);
+    s.o = choose("o", tied_to_kv_heads(inputs[layer].o, spec.num_heads, spec.num_kv_heads, spec.head_dim));
     s.gate_up = choose("gate_up", inputs[layer].gate_up);
     s.down = choose("down", inputs[layer].down);
     if (calibration.search_scale) {
       auto gain = [](const InputScale& in) { return in.rtn_error > 0 ? 1.0 - in.error / in.rtn_error : 0.0; };
-      log_info("auto_awq: layer {}: alpha qkv {:.2f} gate_up {:.2f} down {:.2f}; output error {:.1f} %, {:.1f} %, "
-               "{:.1f} % below round-to-nearest",
-               layer, s.qkv.alpha, s.gate_up.alpha, s.down.alpha, 100 * gain(s.qkv), 100 * gain(s.gate_up),
-               100 * gain(s.down));
+      log_info("auto_awq: layer {}: alpha qkv {:.2f} o {:.2f} gate_up {:.2f} down {:.2f}; output error {:.1f} %, "
+               "{:.1f} %, {:.1f} %, {:.1f} % below round-to-nearest",
+               layer, s.qkv.alpha, s.o.alpha, s.gate_up.alpha, s.down.alpha, 100 * gain(s.qkv), 100 * gain(s.o),
+               100 * gain(s.gate_up), 100 * gain(s.down));
     }
   }
   return {std::move(scales), std::move(inputs)};
@@ -198,8 +220,7 @@ Calibrated calibrate(const std::filesystem::path& model_dir, const ModelSpec& sp
 const LinearInputs* clip_inputs(const LayerTensor& t, const Calibrated& c, const std::vector<float>** s) {
   const LayerInputs& in = c.inputs[t.layer];
   const LayerScales& scales = c.scales[t.layer];
-  static const std::vector<float> unscaled;
-  if (t.canonical == "o") return *s = &unscaled, &in.o;
+  if (t.canonical == "o") return *s = &scales.o.s, &in.o;
   if (t.canonical == "gate_up") return *s = &scales.gate_up.s, &in.gate_up;
   if (t.canonical == "down") return *s = &scales.down.s, &in.down;
   return nullptr;
@@ -250,9 +271,8 @@ void write_awq_model(const std::filesystem::path& model_dir, const std::filesyst
     const Tensor& checkpoint_tensor = checkpoint.get(name).tensor;
     const auto found = per_layer.find(name);
     const bool folds = scaled && found != per_layer.end() && takes_scales(found->second, name);
-    const Tensor source = folds ? fold_scales(checkpoint_tensor, found->second, scales[found->second.layer],
-                                              spec.intermediate_size)
-                                : checkpoint_tensor;
+    const Tensor source =
+        folds ? fold_scales(checkpoint_tensor, found->second, scales[found->second.layer], spec) : checkpoint_tensor;
     if (!linears.contains(name)) {
       // As it is (a view of the mapped file), or scaled in its own dtype.
       tensors.emplace_back(name, folds ? source.to_dtype(checkpoint_tensor.dtype()) : source);

@@ -138,6 +138,29 @@ std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNo
   return inputs;
 }
 
+LinearInputs tied_to_kv_heads(const LinearInputs& o_inputs, int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  TESSERA_CHECK(static_cast<int64_t>(o_inputs.abs_sum.size()) == heads * head_dim && heads % kv_heads == 0);
+  const int64_t group = heads / kv_heads;
+  LinearInputs tied = o_inputs;
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    for (int64_t d = 0; d < head_dim; ++d) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < group; ++i) sum += o_inputs.abs_sum[(g * group + i) * head_dim + d];
+      for (int64_t i = 0; i < group; ++i) tied.abs_sum[(g * group + i) * head_dim + d] = sum / group;
+    }
+  }
+  return tied;
+}
+
+std::vector<float> kv_scale(const std::vector<float>& o_scale, int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  TESSERA_CHECK(static_cast<int64_t>(o_scale.size()) == heads * head_dim);
+  std::vector<float> s(kv_heads * head_dim);
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    for (int64_t d = 0; d < head_dim; ++d) s[g * head_dim + d] = o_scale[g * (heads / kv_heads) * head_dim + d];
+  }
+  return s;
+}
+
 std::vector<float> awq_scale(const LinearInputs& inputs, float alpha) {
   const size_t dim = inputs.abs_sum.size();
   std::vector<float> s(dim, 1.0f);

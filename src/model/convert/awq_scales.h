@@ -7,12 +7,16 @@
 // operation that produces the input by the same s, which leaves the 16-bit
 // model's function unchanged (up to rounding of the divided tensor) and
 // gives the salient channels more of each group's 16 levels. Done here for
-// the three inputs each layer can absorb it into:
+// the four inputs of a layer, each absorbed by what makes it:
 //   qkv     (input: attn_norm(x))        s folded into attn_norm's weight
+//   o       (input: attention over v)    s folded into v's rows (and bias)
 //   gate_up (input: ffn_norm(x))         s folded into ffn_norm's weight
 //   down    (input: silu(gate) · up)     s folded into up's rows
-// (o's input comes from attention over v; under GQA one v channel feeds
-// several o inputs, so it is left unscaled, as LMDeploy leaves it.)
+// o's input channel (query head h, d) is a weighted sum of v's channel (KV
+// head of h, d), so under GQA the query heads of one KV head share a scale:
+// their mean|x| is averaged before s is formed (tied_to_kv_heads). AutoAWQ
+// scales o only where v and o have the same shape (no GQA); the tie makes
+// it exact for any group.
 //
 // α is 0.5 by default, or searched per layer and input over 0, 0.05, ...,
 // 0.95 (`--search-scale`): the α whose round-to-nearest weights give the
@@ -71,8 +75,16 @@ struct InputScale {
   double error = 0.0, rtn_error = 0.0;  // squared output error at α and at α = 0 (searched only)
 };
 struct LayerScales {
-  InputScale qkv, gate_up, down;
+  InputScale qkv, o, gate_up, down;
 };
+
+// o's inputs with mean|x| of channel (h, d) replaced by the mean over the
+// query heads sharing h's KV head: a scale formed from them is one per
+// (KV head, d), which v's rows can absorb.
+LinearInputs tied_to_kv_heads(const LinearInputs& o_inputs, int64_t heads, int64_t kv_heads, int64_t head_dim);
+
+// The scale of v's row (KV head g, d) from o's tied scale: that of query head g · group.
+std::vector<float> kv_scale(const std::vector<float>& o_scale, int64_t heads, int64_t kv_heads, int64_t head_dim);
 
 // s = mean|x|^α normalised to max·min = 1 (channels with mean|x| below 1e-4
 // taken at 1e-4).
