@@ -256,12 +256,13 @@ WORDS = ("once upon a time there was a little girl named lily she loved to play 
          "dog and a big red ball one day the sun was happy").split()
 
 
-def salient_model(tessera_bin, tmp_path, factor=SALIENT, arch="LlamaForCausalLM", model_type="llama"):
+def salient_model(tessera_bin, tmp_path, factor=SALIENT, arch="LlamaForCausalLM", model_type="llama", context=64,
+                  calibration_words=3000):
     """The model above in tmp_path/dense, and a calibration text beside it."""
     demo, dense = tmp_path / "demo", tmp_path / "dense"
     subprocess.run([str(tessera_bin), "demo_model", str(demo)], check=True, capture_output=True, timeout=120)
-    ref.write_random_pair(tmp_path / "unused", dense, arch, dict(SMALL, vocab_size=512, model_type=model_type),
-                          32, seed=11)
+    config = dict(SMALL, vocab_size=512, model_type=model_type, max_position_embeddings=context)
+    ref.write_random_pair(tmp_path / "unused", dense, arch, config, 32, seed=11)
     for f in demo.iterdir():
         if f.name != "config.json" and f.suffix != ".safetensors":
             shutil.copy(f, dense / f.name)
@@ -279,7 +280,7 @@ def salient_model(tessera_bin, tmp_path, factor=SALIENT, arch="LlamaForCausalLM"
             tensors[name] = g
     ref.write_safetensors(dense / "model.safetensors", tensors)
     text = tmp_path / "calib.txt"
-    text.write_text(words(seed=1, count=3000))
+    text.write_text(words(seed=1, count=calibration_words))
     return dense, text
 
 
@@ -384,10 +385,10 @@ def test_calibrated_auto_awq_scales_the_salient_channels(tessera_bin, probe, tmp
     assert errors["half"] <= 0.97 * errors["rtn"], errors
 
 
-def rtn_and_search_errors(tessera_bin, probe, tmp_path, dense, text):
+def rtn_and_search_errors(tessera_bin, probe, tmp_path, dense, text, *flags):
     """Logits relative errors on held-out text: round-to-nearest's, the search's."""
     auto_awq(tessera_bin, dense, tmp_path / "rtn")
-    auto_awq(tessera_bin, dense, tmp_path / "search", "--calib-text", str(text), "--search-scale")
+    auto_awq(tessera_bin, dense, tmp_path / "search", "--calib-text", str(text), "--search-scale", *flags)
     ids = held_out_ids(dense)
     a = logits(probe, dense, tmp_path, ids)
     return tuple(relative_logits_error(a, logits(probe, tmp_path / name, tmp_path, ids)) for name in ("rtn", "search"))
@@ -404,6 +405,18 @@ def test_calibrated_auto_awq_of_other_architectures(tessera_bin, probe, tmp_path
     rtn, search = rtn_and_search_errors(tessera_bin, probe, tmp_path, dense, text)
     print(arch, "logits relative error: round-to-nearest", rtn, "searched scales", search)
     assert search <= 0.9 * rtn, (search, rtn)
+
+
+def test_calibration_longer_than_the_statistics_sample(tessera_bin, probe, tmp_path):
+    # About 24,000 tokens in sequences of 1,024: more than the 8,192 evenly
+    # spaced tokens mean|x| is taken over, so only those rows are gathered.
+    dense, text = salient_model(tessera_bin, tmp_path, context=1024, calibration_words=12000)
+    log = auto_awq(tessera_bin, dense, tmp_path / "probe-count", "--calib-text", str(text), "--calib-seqlen", "1024")
+    tokens = int(log.split("running the 16-bit model over ")[1].split(" ")[0])
+    assert tokens > 8192, log
+    rtn, search = rtn_and_search_errors(tessera_bin, probe, tmp_path, dense, text, "--calib-seqlen", "1024")
+    print("long calibration: logits relative error: round-to-nearest", rtn, "searched scales", search)
+    assert search <= 0.85 * rtn, (search, rtn)
 
 
 def test_calibrated_auto_awq_without_salient_channels_loses_nothing(tessera_bin, probe, tmp_path):

@@ -15,15 +15,17 @@ namespace tessera::model {
 
 namespace {
 
-// Adds rows [n, dim] of one input; rows whose index over all calibration
-// tokens (first + t) is a multiple of `stride` are kept for the search.
-void add_rows(LinearInputs& inputs, const float* x, int64_t n, int64_t dim, int64_t first, int64_t stride) {
+// Adds the sampled rows [n, dim] of one input (sample_index: each row's
+// index among all sampled rows); every `search_stride`-th is kept for the
+// search, up to kSearchRows.
+void add_rows(LinearInputs& inputs, const float* x, int64_t n, int64_t dim, int64_t sample_index,
+              int64_t search_stride) {
   if (inputs.abs_sum.empty()) inputs.abs_sum.assign(dim, 0.0);
   TESSERA_CHECK(static_cast<int64_t>(inputs.abs_sum.size()) == dim);
   for (int64_t t = 0; t < n; ++t) {
     const float* row = x + t * dim;
     for (int64_t j = 0; j < dim; ++j) inputs.abs_sum[j] += std::fabs(row[j]);
-    if ((first + t) % stride == 0 && inputs.row_count < kSearchRows) {
+    if ((sample_index + t) % search_stride == 0 && inputs.row_count < kSearchRows) {
       inputs.rows.insert(inputs.rows.end(), row, row + dim);
       ++inputs.row_count;
     }
@@ -102,24 +104,36 @@ std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNo
   }
   TESSERA_CHECK(static_cast<int64_t>(norms.attn.size()) == spec.num_layers &&
                 static_cast<int64_t>(norms.ffn.size()) == spec.num_layers);
-  const int64_t stride = std::max<int64_t>(1, (total + kSearchRows - 1) / kSearchRows);
+  // Evenly spaced tokens, at most kStatisticRows, are gathered where the
+  // model runs and copied to the host: a GPU's whole activations of every
+  // layer would cost far more copying and host work than the forwards.
+  const int64_t stride = std::max<int64_t>(1, (total + kStatisticRows - 1) / kStatisticRows);
+  const int64_t sampled = (total + stride - 1) / stride;
+  const int64_t search_stride = std::max<int64_t>(1, (sampled + kSearchRows - 1) / kSearchRows);
   std::vector<LayerInputs> inputs(spec.num_layers);
-  int64_t first = 0;  // the current sequence's first token among all calibration tokens
+  int64_t first = 0;            // the current sequence's first token among all calibration tokens
+  int64_t sample_index = 0;     // its first sampled token's index among all sampled ones
+  std::vector<int32_t> picked;  // the current sequence's sampled rows
   backend::Backend& backend = model.backend();
   model.set_trace([&](const std::string& name, int64_t layer, const Tensor& value) {
     const bool layer_input = name == "embedding" || (name == "residual" && layer + 1 < spec.num_layers);
     if (!layer_input && name != "attention" && name != "attention_residual" && name != "gate_up") return;
-    const Tensor x = backend.to_host_f32(value);
+    if (picked.empty()) return;
+    Tensor rows = Tensor::empty({static_cast<int64_t>(picked.size()), value.dim(1)}, value.dtype(), backend.allocator());
+    backend.gather_rows(value, picked, rows);
+    const Tensor x = backend.to_host_f32(rows);
     const int64_t n = x.dim(0);
     if (layer_input) {
       const int64_t next = name == "embedding" ? 0 : layer + 1;
-      add_rows(inputs[next].qkv, normed(x, norms.attn[next], norms.eps).data(), n, x.dim(1), first, stride);
+      add_rows(inputs[next].qkv, normed(x, norms.attn[next], norms.eps).data(), n, x.dim(1), sample_index,
+               search_stride);
     } else if (name == "attention") {
-      add_rows(inputs[layer].o, x.data<float>(), n, x.dim(1), first, stride);
+      add_rows(inputs[layer].o, x.data<float>(), n, x.dim(1), sample_index, search_stride);
     } else if (name == "attention_residual") {
-      add_rows(inputs[layer].gate_up, normed(x, norms.ffn[layer], norms.eps).data(), n, x.dim(1), first, stride);
+      add_rows(inputs[layer].gate_up, normed(x, norms.ffn[layer], norms.eps).data(), n, x.dim(1), sample_index,
+               search_stride);
     } else {
-      add_rows(inputs[layer].down, silu_mul(x).data(), n, x.dim(1) / 2, first, stride);
+      add_rows(inputs[layer].down, silu_mul(x).data(), n, x.dim(1) / 2, sample_index, search_stride);
     }
   });
   constexpr int64_t kBlockSize = 64;
@@ -127,8 +141,13 @@ std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNo
   try {
     for (const auto& seq : sequences) {
       if (seq.empty()) continue;
+      picked.clear();
+      for (int64_t t = 0; t < static_cast<int64_t>(seq.size()); ++t) {
+        if ((first + t) % stride == 0) picked.push_back(static_cast<int32_t>(t));
+      }
       model.forward(sequence_batch(seq, 0, kBlockSize, 1), cache);
       first += static_cast<int64_t>(seq.size());
+      sample_index += static_cast<int64_t>(picked.size());
     }
   } catch (...) {
     model.set_trace(nullptr);

@@ -22,8 +22,8 @@
 // 0.95 (`--search-scale`): the α whose round-to-nearest weights give the
 // smallest squared error of the layer's output on calibration activations.
 // The activations come from the 16-bit model run on the calibration tokens
-// (all of them for mean|x|, up to kSearchRows evenly spaced tokens for the
-// search). The search also clips (AWQ's second search): each group of each
+// (up to kStatisticRows evenly spaced tokens for mean|x|, kSearchRows of
+// those for the search). The search also clips (AWQ's second search): each group of each
 // output row is clamped to ±r·max|w| before rounding, r the one of 1, 0.95,
 // ..., 0.55 with the least error of that row's output from that group's
 // inputs, which trades a few extreme weights for finer steps for the rest.
@@ -43,9 +43,9 @@ namespace tessera::model {
 
 // The activations of one linear layer's input on the calibration tokens.
 struct LinearInputs {
-  std::vector<double> abs_sum;  // [in] Σ|x_j| over every token
-  int64_t tokens = 0;
-  std::vector<float> rows;      // [row_count, in] f32, evenly spaced tokens
+  std::vector<double> abs_sum;  // [in] Σ|x_j| over the sampled tokens
+  int64_t tokens = 0;           // how many
+  std::vector<float> rows;      // [row_count, in] f32, evenly spaced among them
   int64_t row_count = 0;
 };
 
@@ -53,11 +53,12 @@ struct LayerInputs {
   LinearInputs qkv, o, gate_up, down;
 };
 
-constexpr int64_t kSearchRows = 256;
+constexpr int64_t kStatisticRows = 8192;  // tokens mean|x| is taken over, at most
+constexpr int64_t kSearchRows = 256;      // tokens the searches measure errors on, at most
 
 // Runs `model` (tp 1, any backend) over each calibration sequence and gathers
-// its layers' linear inputs: mean|x| from every token, and up to
-// kSearchRows rows spread evenly over all of them. `norms` holds each layer's
+// its layers' linear inputs at up to kStatisticRows tokens spread evenly
+// over all of them (mean|x|), and kSearchRows of those (the searches). `norms` holds each layer's
 // attn_norm and ffn_norm weights (host f32) and eps, since the inputs are
 // formed inside the linear layers. Throws Error(kInvalidArgument) when there
 // is no token.
