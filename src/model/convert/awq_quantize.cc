@@ -38,6 +38,8 @@ backend::QuantizedWeight quantize_rtn(const Tensor& weight, int64_t group_size) 
   auto* scales = static_cast<uint16_t*>(q.scales.raw_data());
   auto* zeros = q.zeros.data<uint8_t>();
   std::fill_n(packed, q.qweight.numel(), 0);
+  // Rows are independent (each writes its own packed words): one per thread.
+#pragma omp parallel for schedule(static)
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t g = 0; g < groups; ++g) {
       const float* values = w + o * in + g * group_size;
