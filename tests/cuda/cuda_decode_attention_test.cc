@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,10 +91,12 @@ class CudaDecodeAttention : public ::testing::TestWithParam<DType> {
 
   std::string name(const Case& c) const {
     std::string lens;
-    for (int32_t len : c.context_lens) lens += (lens.empty() ? "" : ",") + std::to_string(len);
-    return "hd" + std::to_string(c.head_dim) + " " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
-           " block " + std::to_string(c.block_size) + " window " + std::to_string(c.window) + " lens [" + lens + "] " +
-           dtype_name(dtype_);
+    for (int32_t len : c.context_lens) {
+      if (!lens.empty()) lens += ',';
+      lens += std::to_string(len);
+    }
+    return fmt::format("hd{} {}/{} block {} window {} lens [{}] {}", c.head_dim, c.heads, c.kv_heads, c.block_size,
+                       c.window, lens, dtype_name(dtype_));
   }
 
   DType dtype_ = DType::kF32;
