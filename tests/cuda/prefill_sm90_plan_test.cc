@@ -1,4 +1,5 @@
-// The host-side work plan of FlashInfer's sm_90a prefill kernel
+// The host side of FlashInfer's sm_90a prefill kernel: when it is chosen
+// (backend/cuda/prefill_kernel_choice.h) and its work plan
 // (backend/cuda/prefill_sm90.h). Needs no GPU: it runs wherever the CUDA
 // backend is built. A plan is right when every (query head, 128-row query
 // tile) of every sequence with new tokens is listed exactly once, with its
@@ -12,6 +13,8 @@
 #include <string>
 #include <tuple>
 
+#include "backend/backend.h"
+#include "backend/cuda/prefill_kernel_choice.h"
 #include "backend/cuda/prefill_sm90.h"
 #include "core/error.h"
 
@@ -146,6 +149,52 @@ TEST(Sm90PrefillPlan, NewTokensThatAreNotTheLastOfTheContextAreRefused) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInternal);
   }
+}
+
+// kAuto takes it exactly where it runs: bf16, head_dim 128, no window, a 9.0
+// device, and a build that holds it; kScalar and kTensorCore never do.
+TEST(Sm90PrefillChoice, AutoTakesItOnlyWhereItRuns) {
+  const bool built = sm90_prefill_built();
+  EXPECT_EQ(use_sm90_prefill(DType::kBF16, 128, 0, 90), built);
+  EXPECT_FALSE(use_sm90_prefill(DType::kBF16, 128, 0, 89));   // an RTX 4090
+  EXPECT_FALSE(use_sm90_prefill(DType::kBF16, 128, 0, 100));  // sm_90a code runs on 9.0 alone
+  EXPECT_FALSE(use_sm90_prefill(DType::kF16, 128, 0, 90));
+  EXPECT_FALSE(use_sm90_prefill(DType::kBF16, 64, 0, 90));
+  EXPECT_FALSE(use_sm90_prefill(DType::kBF16, 128, 4096, 90));  // a sliding window
+  set_prefill_attention_kernel(PrefillAttentionKernel::kTensorCore);
+  EXPECT_FALSE(use_sm90_prefill(DType::kBF16, 128, 0, 90));
+  set_prefill_attention_kernel(PrefillAttentionKernel::kScalar);
+  EXPECT_FALSE(use_sm90_prefill(DType::kBF16, 128, 0, 90));
+  set_prefill_attention_kernel(PrefillAttentionKernel::kAuto);
+}
+
+// Forced where it cannot run: refused, naming the reason.
+TEST(Sm90PrefillChoice, ForcedWhereItCannotRunIsRefusedWithTheReason) {
+  struct Case {
+    DType dtype;
+    int64_t head_dim, window;
+    int capability;
+    const char* reason;
+  };
+  const std::vector<Case> cases = {
+      {DType::kBF16, 128, 0, 89, "compute capability 8.9"},
+      {DType::kF16, 128, 0, 90, "float16"},
+      {DType::kBF16, 64, 0, 90, "head_dim 64"},
+      {DType::kBF16, 128, 4096, 90, "sliding window"},
+  };
+  set_prefill_attention_kernel(PrefillAttentionKernel::kFlashInfer);
+  for (const Case& c : cases) {
+    try {
+      use_sm90_prefill(c.dtype, c.head_dim, c.window, c.capability);
+      ADD_FAILURE() << "forced FlashInfer was taken for " << c.reason;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+      // Without the kernel in the build, that is the reason given first.
+      const std::string expected = sm90_prefill_built() ? c.reason : "no FlashInfer kernel";
+      EXPECT_NE(e.message().find(expected), std::string::npos) << e.message();
+    }
+  }
+  set_prefill_attention_kernel(PrefillAttentionKernel::kAuto);
 }
 
 }  // namespace
