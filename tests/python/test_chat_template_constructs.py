@@ -166,6 +166,9 @@ def results(chat_tool):
     return dict(zip(SNIPPETS, render_tessera(chat_tool, requests))), requests
 
 
+# One snippet keeps an unknown escape ('\d') on purpose; jinja2 decodes string
+# literals with Python's unicode-escape, which warns about it.
+@pytest.mark.filterwarnings("ignore:invalid escape sequence:DeprecationWarning")
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
 def test_construct_matches_jinja2(results, index):
     ours, requests = results
