@@ -25,8 +25,8 @@ struct LiteArgs {
   int bits = 4;
   int64_t group_size = 128;
   std::string calib_text, calib_dataset, device = "cpu", dtype = "auto";
-  int64_t calib_samples = 128, calib_seqlen = 2048;
-  bool search_scale = false;
+  int64_t calib_samples = 128, calib_seqlen = 2048, batch_size = 1;
+  bool search_scale = false, w_sym = false;
 };
 
 // The calibration text cut into at most `samples` sequences of `seqlen`
@@ -62,6 +62,10 @@ int run_auto_awq(const LiteArgs& args) {
     throw Error(ErrorKind::kInvalidArgument, "lite auto_awq needs one output directory",
                 "tessera lite auto_awq MODEL OUT (or --work-dir OUT)");
   }
+  if (args.w_sym) {
+    throw Error(ErrorKind::kInvalidArgument, "--w-sym: symmetric 4-bit weights (no zero points) are not supported",
+                "drop --w-sym: AWQ GEMM checkpoints carry a zero point per group");
+  }
   if (!args.calib_dataset.empty()) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("--calib-dataset {}: tessera downloads no datasets", args.calib_dataset),
@@ -80,6 +84,7 @@ int run_auto_awq(const LiteArgs& args) {
   model::AwqCalibration calibration;
   calibration.sequences = calibration_sequences(args);
   calibration.search_scale = args.search_scale;
+  calibration.batch_size = args.batch_size;
   const Device device = parse_device(args.device);
   std::unique_ptr<backend::Backend> backend;
   if (!device.is_cpu()) {
@@ -116,6 +121,10 @@ void add_lite_command(CLI::App& app, Runner& runner) {
   awq->add_option("--calib-seqlen", args->calib_seqlen, "tokens a sequence (at most the model's context)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  awq->add_option("--batch-size", args->batch_size, "calibration sequences a forward")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  awq->add_flag("--w-sym", args->w_sym, "(LMDeploy's; not supported: the zero points are kept)");
   awq->add_flag("--search-scale", args->search_scale,
                 "search the scale exponent per layer input (0, 0.05, ... 0.95) instead of 0.5, and each "
                 "group's clipping");

@@ -426,9 +426,25 @@ def test_calibrated_auto_awq_without_salient_channels_loses_nothing(tessera_bin,
     assert search <= 1.07 * rtn, (search, rtn)
 
 
+def test_calibration_in_batches_finds_the_same_scales(tessera_bin, tmp_path):
+    # Four sequences a forward, side by side in the cache: the norms the
+    # scales were folded into come out as with one sequence a forward.
+    dense, text = salient_model(tessera_bin, tmp_path)
+    auto_awq(tessera_bin, dense, tmp_path / "one", "--calib-text", str(text), "--search-scale")
+    auto_awq(tessera_bin, dense, tmp_path / "four", "--calib-text", str(text), "--search-scale", "--batch-size", "4")
+    one = ref.read_safetensors(tmp_path / "one" / "model.safetensors")
+    four = ref.read_safetensors(tmp_path / "four" / "model.safetensors")
+    norms = [n for n in one if n.endswith("layernorm.weight")]
+    assert norms
+    for name in norms:
+        assert np.allclose(one[name], four[name], rtol=1e-4, atol=0), name
+    assert not np.allclose(one[norms[0]], ref.read_safetensors(dense / "model.safetensors")[norms[0]])
+
+
 @pytest.mark.parametrize("flags, messages", [
     (["--calib-dataset", "ptb"], ["--calib-dataset ptb", "--calib-text"]),
     (["--search-scale"], ["--search-scale needs calibration text"]),
+    (["--w-sym"], ["--w-sym", "zero point"]),
 ])
 def test_auto_awq_calibration_flags_get_clear_errors(tessera_bin, tmp_path, flags, messages):
     dense, _ = salient_model(tessera_bin, tmp_path)

@@ -87,7 +87,7 @@ Calibrated calibrate(const std::filesystem::path& model_dir, const ModelSpec& sp
   std::vector<LayerInputs> inputs;
   {
     std::unique_ptr<Transformer> model = load_transformer(model_dir, runner);
-    inputs = collect_linear_inputs(*model, norms, calibration.sequences);
+    inputs = collect_linear_inputs(*model, norms, calibration.sequences, calibration.batch_size);
   }
   std::vector<LayerScales> scales(spec.num_layers);
   for (int64_t layer = 0; layer < spec.num_layers; ++layer) {

@@ -37,6 +37,7 @@ struct AwqCalibration {
   std::vector<std::vector<int32_t>> sequences;  // token ids; none: round-to-nearest only
   bool search_scale = false;                    // search α per input and clip (awq_scales.h), else `ratio`
   float ratio = 0.5f;
+  int64_t batch_size = 1;                       // sequences a calibration forward
   backend::Backend* backend = nullptr;          // runs the 16-bit model (tp 1); null: a CPU backend
 };
 

@@ -91,7 +91,8 @@ Tensor scaled_round_trip(const Tensor& weight, const std::vector<float>& s, int6
 }  // namespace
 
 std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNorms& norms,
-                                               const std::vector<std::vector<int32_t>>& sequences) {
+                                               const std::vector<std::vector<int32_t>>& sequences,
+                                               int64_t batch_size) {
   const ModelSpec& spec = model.spec();
   int64_t total = 0, longest = 0;
   for (const auto& seq : sequences) {
@@ -137,16 +138,36 @@ std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNo
     }
   });
   constexpr int64_t kBlockSize = 64;
-  backend::PagedKvCache cache = model.allocate_cache((longest + kBlockSize - 1) / kBlockSize, kBlockSize);
+  const int64_t per_batch = std::max<int64_t>(1, batch_size);
+  const int64_t blocks_per_seq = (longest + kBlockSize - 1) / kBlockSize;
+  backend::PagedKvCache cache = model.allocate_cache(per_batch * blocks_per_seq, kBlockSize);
   try {
-    for (const auto& seq : sequences) {
-      if (seq.empty()) continue;
+    for (size_t begin = 0; begin < sequences.size(); begin += per_batch) {
+      // Up to per_batch sequences side by side in one forward, each in its
+      // own blocks; the tokens are sequence after sequence, as picked.
+      ForwardBatch batch;
+      batch.attention.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
+      batch.attention.query_start = {0};
       picked.clear();
-      for (int64_t t = 0; t < static_cast<int64_t>(seq.size()); ++t) {
-        if ((first + t) % stride == 0) picked.push_back(static_cast<int32_t>(t));
+      for (size_t i = begin; i < std::min(sequences.size(), begin + per_batch); ++i) {
+        const std::vector<int32_t>& seq = sequences[i];
+        if (seq.empty()) continue;
+        const int64_t offset = static_cast<int64_t>(batch.token_ids.size());
+        const int64_t slot = batch.attention.num_seqs();
+        for (int64_t t = 0; t < static_cast<int64_t>(seq.size()); ++t) {
+          if ((first + t) % stride == 0) picked.push_back(static_cast<int32_t>(offset + t));
+          batch.attention.positions.push_back(static_cast<int32_t>(t));
+        }
+        batch.token_ids.insert(batch.token_ids.end(), seq.begin(), seq.end());
+        batch.attention.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+        for (int64_t b = 0; b < blocks_per_seq; ++b) {
+          batch.attention.block_tables.push_back(static_cast<int32_t>(slot * blocks_per_seq + b));
+        }
+        batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
+        first += static_cast<int64_t>(seq.size());
       }
-      model.forward(sequence_batch(seq, 0, kBlockSize, 1), cache);
-      first += static_cast<int64_t>(seq.size());
+      if (batch.token_ids.empty()) continue;
+      model.forward(batch, cache);
       sample_index += static_cast<int64_t>(picked.size());
     }
   } catch (...) {

@@ -56,7 +56,8 @@ struct LayerInputs {
 constexpr int64_t kStatisticRows = 8192;  // tokens mean|x| is taken over, at most
 constexpr int64_t kSearchRows = 256;      // tokens the searches measure errors on, at most
 
-// Runs `model` (tp 1, any backend) over each calibration sequence and gathers
+// Runs `model` (tp 1, any backend) over the calibration sequences,
+// batch_size of them a forward, and gathers
 // its layers' linear inputs at up to kStatisticRows tokens spread evenly
 // over all of them (mean|x|), and kSearchRows of those (the searches). `norms` holds each layer's
 // attn_norm and ffn_norm weights (host f32) and eps, since the inputs are
@@ -67,7 +68,8 @@ struct LayerNorms {
   float eps = 1e-5f;
 };
 std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNorms& norms,
-                                               const std::vector<std::vector<int32_t>>& sequences);
+                                               const std::vector<std::vector<int32_t>>& sequences,
+                                               int64_t batch_size = 1);
 
 // The scale of each input channel of one linear layer and the α it came from.
 struct InputScale {
