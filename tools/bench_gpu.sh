@@ -30,6 +30,10 @@ for batch in 64 256; do
 done
 section "7B shape: 16-bit and AWQ 4-bit decode at batch 1, 16, 64"
 "$tessera" bench decode --random internlm2_5-7b --device cuda --quant none awq --batch 1 16 64
+section "prefill attention: the scalar, tensor-core and FlashInfer kernels"
+"$tessera" bench attention --tokens 1024,2048,4096,8192
+section "7B shape: 4,096-token prefill without FlashInfer's kernel"
+TESSERA_SM90_PREFILL=0 "$tessera" bench decode --random internlm2_5-7b --device cuda --prompt-tokens 128 --decode-tokens 16 --prefill-tokens 4096
 section "7B shape: the ops of one decode step"
 "$tessera" bench ops --random internlm2_5-7b --device cuda
 section "7B shape: the ops of a 4-bit decode step (with each 4-bit shape's candidate timings)"
