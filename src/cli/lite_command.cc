@@ -4,6 +4,7 @@
 // without one, round-to-nearest only, and a warning says how to calibrate.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -56,7 +57,7 @@ std::vector<std::vector<int32_t>> calibration_sequences(const LiteArgs& args) {
   return sequences;
 }
 
-int run_auto_awq(const LiteArgs& args) {
+int run_auto_awq(LiteArgs args) {
   const std::string out = args.out.empty() ? args.work_dir : args.out;
   if (out.empty() || (!args.out.empty() && !args.work_dir.empty() && args.out != args.work_dir)) {
     throw Error(ErrorKind::kInvalidArgument, "lite auto_awq needs one output directory",
@@ -65,6 +66,10 @@ int run_auto_awq(const LiteArgs& args) {
   if (args.w_sym) {
     throw Error(ErrorKind::kInvalidArgument, "--w-sym: symmetric 4-bit weights (no zero points) are not supported",
                 "drop --w-sym: AWQ GEMM checkpoints carry a zero point per group");
+  }
+  if (!args.calib_dataset.empty() && args.calib_text.empty() && std::filesystem::is_regular_file(args.calib_dataset)) {
+    args.calib_text = args.calib_dataset;  // a file, not a dataset name: its text is the calibration
+    args.calib_dataset.clear();
   }
   if (!args.calib_dataset.empty()) {
     throw Error(ErrorKind::kInvalidArgument,
@@ -114,7 +119,8 @@ void add_lite_command(CLI::App& app, Runner& runner) {
       ->check(CLI::IsMember({32, 64, 128}));
   awq->add_option("--calib-text", args->calib_text, "plain text file the model is run on to find the salient channels")
       ->check(CLI::ExistingFile);
-  awq->add_option("--calib-dataset", args->calib_dataset, "(LMDeploy's; not supported: give --calib-text)");
+  awq->add_option("--calib-dataset", args->calib_dataset,
+                  "(LMDeploy's) a text file is taken as --calib-text; dataset names are refused (nothing is downloaded)");
   awq->add_option("--calib-samples", args->calib_samples, "sequences of the text to run, at most")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -455,6 +455,15 @@ def test_auto_awq_calibration_flags_get_clear_errors(tessera_bin, tmp_path, flag
         assert m in r.stderr, (m, r.stderr)
 
 
+def test_a_calibration_dataset_that_is_a_file_is_the_calibration_text(tessera_bin, tmp_path):
+    dense, text = salient_model(tessera_bin, tmp_path)
+    a = auto_awq(tessera_bin, dense, tmp_path / "text", "--calib-text", str(text))
+    b = auto_awq(tessera_bin, dense, tmp_path / "dataset", "--calib-dataset", str(text))
+    assert "activation-aware" in b, b
+    assert (tmp_path / "text" / "model.safetensors").read_bytes() == (tmp_path / "dataset" / "model.safetensors").read_bytes()
+    assert a.count("calibration tokens") == b.count("calibration tokens") == 1
+
+
 def test_auto_awq_with_an_empty_calibration_text_is_refused(tessera_bin, tmp_path):
     dense, text = salient_model(tessera_bin, tmp_path)
     text.write_text("")
