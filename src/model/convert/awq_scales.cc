@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "backend/quantized_weight.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "model/convert/awq_quantize.h"
 #include "model/forward_batch.h"
 
@@ -141,6 +143,7 @@ std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNo
   const int64_t per_batch = std::max<int64_t>(1, batch_size);
   const int64_t blocks_per_seq = (longest + kBlockSize - 1) / kBlockSize;
   backend::PagedKvCache cache = model.allocate_cache(per_batch * blocks_per_seq, kBlockSize);
+  auto last_log = std::chrono::steady_clock::now();
   try {
     for (size_t begin = 0; begin < sequences.size(); begin += per_batch) {
       // Up to per_batch sequences side by side in one forward, each in its
@@ -169,6 +172,12 @@ std::vector<LayerInputs> collect_linear_inputs(Transformer& model, const LayerNo
       if (batch.token_ids.empty()) continue;
       model.forward(batch, cache);
       sample_index += static_cast<int64_t>(picked.size());
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_log > std::chrono::seconds(5)) {  // a long calibration says how far it is
+        log_info("auto_awq: calibration: {} of {} sequences", std::min(sequences.size(), begin + per_batch),
+                 sequences.size());
+        last_log = now;
+      }
     }
   } catch (...) {
     model.set_trace(nullptr);
