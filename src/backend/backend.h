@@ -201,6 +201,10 @@ struct CudaDeviceInfo {
 
 // 0 when this build has no CUDA backend or no usable driver/device.
 int cuda_device_count();
+
+// Whether this build holds FlashInfer's sm_90a prefill attention (its
+// architectures include 90 and the headers were there at configure time).
+bool flashinfer_prefill_built();
 CudaDeviceInfo cuda_device_info(int index);
 
 // The compute dtype for `requested` ("auto", "float16", "bfloat16", "float32")

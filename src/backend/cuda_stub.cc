@@ -12,6 +12,8 @@ std::unique_ptr<Backend> make_cuda_backend(int, DType) {
 
 int cuda_device_count() { return 0; }
 
+bool flashinfer_prefill_built() { return false; }
+
 CudaDeviceInfo cuda_device_info(int index) {
   throw Error(ErrorKind::kUnsupported, "this tessera was built without the CUDA backend (asked for cuda:" +
                                            std::to_string(index) + ")",

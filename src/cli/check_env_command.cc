@@ -110,6 +110,10 @@ int run_check_env() {
   fmt::print("NVIDIA driver   {}\n", release.empty() ? (driver.lib ? "loaded (release unknown)" : "not found") : release);
   fmt::print("CUDA (driver)   {}\n", driver_version ? version_string(driver_version, 1000) : "not available");
   fmt::print("NCCL            {}\n", nccl_version());
+  fmt::print("FlashInfer      {}\n", backend::flashinfer_prefill_built()
+                                        ? "sm_90a prefill attention in this build"
+                                        : "not in this build (scripts/fetch_flashinfer.sh, then rebuild with "
+                                          "architecture 90, for Hopper's prefill attention)");
 
   const int gpus = backend::cuda_device_count();
   fmt::print("GPUs            {}{}\n", gpus, gpus == 0 ? " (none usable by this build)" : "");
@@ -156,6 +160,12 @@ int run_check_env() {
     DType dtype = backend::choose_compute_dtype("auto", Device::cuda(0));
     fmt::print("  backend       turbomind (CUDA) on cuda:0\n");
     fmt::print("  dtype         {}\n", dtype_name(dtype));
+    const backend::CudaDeviceInfo first = backend::cuda_device_info(0);
+    std::string prefill = first.effective_capability() >= 80 ? "tessera's tensor-core kernel" : "tessera's scalar kernel";
+    if (first.device_capability() == 90 && backend::flashinfer_prefill_built() && dtype == DType::kBF16) {
+      prefill = "FlashInfer's sm_90a kernel (head_dim 128 without a sliding window; others: tessera's tensor-core kernel)";
+    }
+    fmt::print("  prefill attn  {}\n", prefill);
     // What --tp over every visible GPU would use, and with the switches.
     auto describe = [&](bool same_device, bool disable_custom, int nnodes = 1) {
       comm::CommRequest request;

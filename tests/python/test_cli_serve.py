@@ -94,8 +94,8 @@ def test_tensor_parallel_ranks_serve_the_same_tokens(tessera_bin, demo_dir, tmp_
 def test_check_env_reports_the_machine_and_the_choice(tessera_bin):
     r = subprocess.run([str(tessera_bin), "check_env"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    for field in ["OS", "CPU", "memory", "NVIDIA driver", "CUDA (driver)", "NCCL", "GPUs", "tessera would use",
-                   "backend", "dtype", "communicator"]:
+    for field in ["OS", "CPU", "memory", "NVIDIA driver", "CUDA (driver)", "NCCL", "FlashInfer", "GPUs",
+                   "tessera would use", "backend", "dtype", "communicator"]:
         assert field in r.stdout, field
 
 

@@ -683,6 +683,8 @@ std::unique_ptr<Backend> make_cuda_backend(int index, DType compute_dtype) {
   return std::make_unique<CudaBackend>(index, compute_dtype);
 }
 
+bool flashinfer_prefill_built() { return cuda::sm90_prefill_built(); }
+
 int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
