@@ -23,12 +23,12 @@
 // smallest squared error of the layer's output on calibration activations.
 // The activations come from the 16-bit model run on the calibration tokens
 // (up to kStatisticRows evenly spaced tokens for mean|x|, kSearchRows of
-// those for the search). The search also clips (AWQ's second search): each group of each
-// output row is clamped to ±r·max|w| before rounding, r the one of 1, 0.95,
-// ..., 0.55 with the least error of that row's output from that group's
-// inputs, which trades a few extreme weights for finer steps for the rest.
-// Not for qkv, whose errors the attention scores amplify (AutoAWQ leaves
-// q and k unclipped too).
+// those for the search). The search also clips (AWQ's second search): each
+// group of each output row is clamped to ±r·max|w| before rounding, r the
+// one of 1, 0.95, ..., 0.55 with the least error of that row's output from
+// that group's inputs, which trades a few extreme weights for finer steps
+// for the rest. Not for qkv, whose errors the attention scores amplify
+// (AutoAWQ leaves q and k unclipped too).
 #pragma once
 
 #include <cstdint>
