@@ -70,13 +70,25 @@ struct Calibrated {
 
 Calibrated calibrate(const std::filesystem::path& model_dir, const ModelSpec& spec, const Architecture& arch,
                      const Checkpoint& checkpoint, int64_t group_size, const AwqCalibration& calibration) {
+  // The norms straight from their checkpoint tensors (the linear layers'
+  // inputs are formed from them on the host); the layers are assembled one at
+  // a time below, for the searches, once the model has run.
   LayerNorms norms;
   norms.eps = static_cast<float>(spec.rms_norm_eps);
+  norms.attn.resize(spec.num_layers);
+  norms.ffn.resize(spec.num_layers);
+  for (const auto& [name, t] : layer_tensors(spec, arch)) {
+    if (t.canonical == "attn_norm") norms.attn[t.layer] = checkpoint.get(name).tensor.to_f32();
+    if (t.canonical == "ffn_norm") norms.ffn[t.layer] = checkpoint.get(name).tensor.to_f32();
+  }
   for (int64_t layer = 0; layer < spec.num_layers; ++layer) {
-    const CanonicalWeights part = assemble_part(spec, arch, checkpoint, layer);
-    const std::string base = "layers." + std::to_string(layer) + ".";
-    norms.attn.push_back(part.at(base + "attn_norm").to_f32());
-    norms.ffn.push_back(part.at(base + "ffn_norm").to_f32());
+    for (const Tensor* norm : {&norms.attn[layer], &norms.ffn[layer]}) {
+      if (!norm->defined() || norm->rank() != 1 || norm->dim(0) != spec.hidden_size) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("{}: layer {}'s norm weights are missing or not [{}]", model_dir.string(), layer,
+                                spec.hidden_size));
+      }
+    }
   }
   std::unique_ptr<backend::Backend> own_cpu = backend::make_cpu_backend();
   backend::Backend& runner = calibration.backend != nullptr ? *calibration.backend : *own_cpu;
