@@ -86,6 +86,7 @@ ChatTemplate ChatTemplate::from_source(std::string_view source, std::string name
   result.name_ = name;
   result.variants_.emplace_back("default",
                                 std::make_shared<const jinja::Template>(source, "chat template " + name));
+  result.renders_tools_ = source.find("tools") != std::string_view::npos;
   return result;
 }
 
@@ -116,6 +117,7 @@ std::optional<ChatTemplate> ChatTemplate::find_in_model_dir(const std::filesyste
       throw Error(ErrorKind::kInvalidArgument, where + ": each entry must be {\"name\": ..., \"template\": ...}",
                   "restore the file from the model's repository");
     const std::string variant = item["name"].get<std::string>();
+    if (item["template"].get_ref<const std::string&>().find("tools") != std::string::npos) result.renders_tools_ = true;
     result.variants_.emplace_back(variant, std::make_shared<const jinja::Template>(
                                                item["template"].get<std::string>(),
                                                "chat template " + where + " '" + variant + "'"));

@@ -84,11 +84,15 @@ class ChatTemplate {
   std::string render(const ChatTemplateInput& input) const;
 
   const std::string& name() const { return name_; }
+  // Whether the template reads the `tools` variable at all (a template that
+  // does not would drop a request's tool definitions without a word).
+  bool renders_tools() const { return renders_tools_; }
 
  private:
   ChatTemplate() = default;
 
   std::string name_;
+  bool renders_tools_ = false;
   // (variant name, template): "default", "tool_use", ... in the file's order.
   std::vector<std::pair<std::string, std::shared_ptr<const jinja::Template>>> variants_;
 };

@@ -269,6 +269,22 @@ def test_builtin_internlm2_format(chat_tool):
     assert text.endswith("<|im_end|>\n<|im_start|>user\n  Tell me a joke.  <|im_end|>\n<|im_start|>assistant\n")
 
 
+def test_builtin_internlm2_tools_format(chat_tool):
+    """InternLM2's agent layout as its model card documents it: the functions as a JSON list in a
+    system message named <|plugin|>, a call between <|action_start|><|plugin|> and <|action_end|>,
+    the result in an environment message named <|plugin|>."""
+    request = dict(requests_for(CONVERSATIONS["tools_string_arguments"])[1], builtin="internlm2")
+    text = render_tessera(chat_tool, [request])[0]["text"]
+    functions = json.dumps([t["function"] for t in TOOLS], ensure_ascii=False)
+    assert text.startswith("<s><|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+                           "<|im_start|>system name=<|plugin|>\n" + functions + "<|im_end|>\n"
+                           "<|im_start|>user\nWhat's the weather in Paris?<|im_end|>\n")
+    assert ("<|im_start|>assistant\n<|action_start|><|plugin|>\n"
+            '{"name": "get_weather", "parameters": {"city": "Paris"}}<|action_end|><|im_end|>\n'
+            '<|im_start|>environment name=<|plugin|>\n{"temperature": 21, "sky": "clear"}<|im_end|>\n') in text
+    assert text.endswith("<|im_start|>user\nThanks! And tomorrow?<|im_end|>\n<|im_start|>assistant\n")
+
+
 def test_a_wrong_render_is_caught(chat_tool, testdata):
     """The comparison must be able to fail: corrupt tessera's output and expect mismatches."""
     source = (testdata / "chat_templates" / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text(encoding="utf-8")
