@@ -32,6 +32,7 @@
 #include "server/openai_schema.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls.h"
 
 namespace tessera::server {
 
@@ -58,6 +59,13 @@ struct ServingContext {
   std::optional<text::ChatTemplate> chat_template;
   std::vector<int32_t> chat_stop_ids;    // end-of-turn tokens (<|im_end|>, <|eot_id|>, ...) in the vocabulary
   int64_t session_len = 0;
+  // Requests with tools: the markup their answers' calls are read from
+  // (none: answers stay text), the template that renders them (none: such
+  // requests are refused, the chat template would drop the tools), and the
+  // tokens that end a call (InternLM2's <|action_end|>).
+  std::optional<text::ToolCallFormat> tool_call_format;
+  std::optional<text::ChatTemplate> tools_template;
+  std::vector<int32_t> tool_stop_ids;
 };
 
 class ApiServer {
@@ -85,9 +93,11 @@ class ApiServer {
   void add_cors_headers(const HttpRequest& request, HttpResponse& response) const;
   bool authorized(const HttpRequest& request) const;
   std::shared_ptr<const ServingContext> context() const;
-  // Submits and wraps the engine request (common to both completion routes).
+  // Submits and wraps the engine request (common to both completion routes);
+  // with tool_format, the answer's calls in that markup become tool_calls.
   HttpResponse start_generation(const ServingContext& context, CompletionKind kind, std::vector<int32_t> prompt,
-                                const GenerationOptions& options, std::vector<int32_t> extra_stop_ids);
+                                const GenerationOptions& options, std::vector<int32_t> extra_stop_ids,
+                                std::optional<text::ToolCallFormat> tool_format = std::nullopt);
 
   ApiOptions options_;
   Metrics metrics_;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "server/api_error.h"
 #include "server/sse.h"
 
@@ -34,6 +36,7 @@ CompletionResponse::CompletionResponse(CompletionMeta meta, std::unique_ptr<Gene
     logprobs_ = Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
                      {"text_offset", Json::array()}};
   }
+  if (meta_.stream && meta_.tool_format) tool_stream_.emplace(*meta_.tool_format);
 }
 
 CompletionResponse::~CompletionResponse() { cancel(); }
@@ -60,6 +63,21 @@ Json CompletionResponse::usage() const {
   return Json{{"prompt_tokens", generation_->prompt_tokens()},
               {"completion_tokens", generation_->completion_tokens()},
               {"total_tokens", generation_->prompt_tokens() + generation_->completion_tokens()}};
+}
+
+// OpenAI's tool_calls: each call with an id of its own; a stream's deltas
+// carry their index as well.
+Json CompletionResponse::tool_calls_json(const std::vector<text::ToolCall>& calls, bool streaming) const {
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json call;
+    if (streaming) call["index"] = i;
+    call["id"] = fmt::format("call_{}_{}", meta_.id.substr(meta_.id.find('-') + 1), i);
+    call["type"] = "function";
+    call["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    out.push_back(std::move(call));
+  }
+  return out;
 }
 
 Json CompletionResponse::chunk_json(Json choice) const {
@@ -117,6 +135,7 @@ bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
                                      {"finish_reason", nullptr}}));
       role_sent_ = true;
     }
+    if (tool_stream_) delta.text = tool_stream_->feed(delta.text);
     if (!delta.empty()) {
       Json choice = {{"index", 0}};
       if (chat) {
@@ -133,6 +152,20 @@ bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
       const unsigned status = generation_->engine_unavailable() ? 503 : 500;
       chunk += sse_event(Json::parse(error_body(status, generation_->error())));
     } else {
+      std::string finish_reason = *generation_->finish_reason();
+      if (tool_stream_) {
+        text::ToolCallText rest = tool_stream_->finish();
+        Json delta_rest = Json::object();
+        if (!rest.content.empty()) delta_rest["content"] = rest.content;
+        if (!rest.calls.empty()) {
+          delta_rest["tool_calls"] = tool_calls_json(rest.calls, /*streaming=*/true);
+          finish_reason = "tool_calls";
+        }
+        if (!delta_rest.empty()) {
+          chunk += sse_event(chunk_json(
+              {{"index", 0}, {"delta", std::move(delta_rest)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+        }
+      }
       Json choice = {{"index", 0}};
       if (chat) {
         choice["delta"] = Json::object();
@@ -140,7 +173,7 @@ bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
         choice["text"] = "";
       }
       choice["logprobs"] = nullptr;
-      choice["finish_reason"] = *generation_->finish_reason();
+      choice["finish_reason"] = finish_reason;
       chunk += sse_event(chunk_json(std::move(choice)));
       if (meta_.include_usage) {
         Json last = chunk_json(nullptr);
@@ -163,13 +196,26 @@ bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
     return true;
   }
   Json choice = {{"index", 0}};
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
-  } else {
-    choice["text"] = text_;
+  std::string finish_reason = *generation_->finish_reason();
+  if (chat && meta_.tool_format) {
+    text::ToolCallText parsed = text::parse_tool_calls(*meta_.tool_format, text_);
+    if (!parsed.calls.empty()) {
+      const bool blank = parsed.content.find_first_not_of(" \t\r\n") == std::string::npos;
+      choice["message"] = {{"role", "assistant"},
+                           {"content", blank ? Json(nullptr) : Json(parsed.content)},
+                           {"tool_calls", tool_calls_json(parsed.calls, /*streaming=*/false)}};
+      finish_reason = "tool_calls";
+    }
+  }
+  if (!choice.contains("message")) {
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", text_}};
+    } else {
+      choice["text"] = text_;
+    }
   }
   choice["logprobs"] = meta_.logprobs ? logprobs_ : Json(nullptr);
-  choice["finish_reason"] = *generation_->finish_reason();
+  choice["finish_reason"] = finish_reason;
   Json body = {{"id", meta_.id},
                {"object", chat ? "chat.completion" : "text_completion"},
                {"created", meta_.created},

@@ -8,12 +8,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "server/generation.h"
 #include "server/http_types.h"
+#include "text/tool_calls.h"
 
 namespace tessera::server {
 
@@ -44,6 +46,9 @@ struct CompletionMeta {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  // Chat with tools: the answer's calls in this markup become tool_calls
+  // (finish_reason "tool_calls"); the text before them stays the content.
+  std::optional<text::ToolCallFormat> tool_format;
 };
 
 class CompletionResponse : public PendingResponse {
@@ -65,6 +70,7 @@ class CompletionResponse : public PendingResponse {
   nlohmann::ordered_json logprobs_json(const std::vector<TokenLogprobText>& logprobs, size_t text_offset) const;
   void append_logprobs(nlohmann::ordered_json& into, const std::vector<TokenLogprobText>& logprobs, size_t offset) const;
   void done(unsigned status);
+  nlohmann::ordered_json tool_calls_json(const std::vector<text::ToolCall>& calls, bool streaming) const;
 
   CompletionMeta meta_;
   std::unique_ptr<Generation> generation_;
@@ -74,6 +80,7 @@ class CompletionResponse : public PendingResponse {
   bool done_ = false;
   std::string text_;                  // non-streaming: everything so far
   nlohmann::ordered_json logprobs_;   // non-streaming: accumulated logprobs
+  std::optional<text::ToolCallStream> tool_stream_;  // streaming with tools: holds what may be a call
 };
 
 }  // namespace tessera::server

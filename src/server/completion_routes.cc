@@ -28,8 +28,8 @@ std::string token_string(const text::Tokenizer& tokenizer, std::optional<int32_t
   return id ? tokenizer.id_to_piece(*id) : std::string();
 }
 
-std::string render_chat(const ServingContext& ctx, std::vector<text::ChatMessage> messages, bool add_generation_prompt,
-                        std::optional<Json> tools) {
+std::string render_chat(const ServingContext& ctx, const text::ChatTemplate& chat_template,
+                        std::vector<text::ChatMessage> messages, bool add_generation_prompt, std::optional<Json> tools) {
   text::ChatTemplateInput input;
   input.messages = std::move(messages);
   input.add_generation_prompt = add_generation_prompt;
@@ -37,9 +37,9 @@ std::string render_chat(const ServingContext& ctx, std::vector<text::ChatMessage
   input.eos_token = token_string(*ctx.tokenizer, ctx.tokenizer->eos_id());
   input.tools = std::move(tools);
   try {
-    return ctx.chat_template->render(input);
+    return chat_template.render(input);
   } catch (const Error& e) {
-    throw bad_request(fmt::format("the chat template '{}' refused the messages: {}", ctx.chat_template->name(),
+    throw bad_request(fmt::format("the chat template '{}' refused the messages: {}", chat_template.name(),
                                   e.message()),
                       "messages", "invalid_value");
   }
@@ -68,12 +68,27 @@ std::string clip(const std::string& s, size_t limit) {
 HttpResponse ApiServer::chat_completions(const HttpRequest& request, const ServingContext& ctx) {
   ChatCompletionRequest r = parse_chat_completion_request(request.body);
   check_model(r.model, options_.model_name);
-  const std::string prompt = render_chat(ctx, std::move(r.messages), r.add_generation_prompt, std::move(r.tools));
+  const bool with_tools = r.tools.has_value();
+  if (with_tools && !ctx.tools_template) {
+    throw bad_request(fmt::format("the chat template {} does not render tools, so the model would never see them; "
+                                  "start the server with --chat-template naming a template that does",
+                                  ctx.chat_template->name()),
+                      "tools", "unsupported_value");
+  }
+  const text::ChatTemplate& chat_template = with_tools ? *ctx.tools_template : *ctx.chat_template;
+  const std::string prompt =
+      render_chat(ctx, chat_template, std::move(r.messages), r.add_generation_prompt, std::move(r.tools));
   log_debug("chat prompt: {}", clip(prompt, options_.max_log_len));
   // The template wrote the special tokens (BOS included): none are added again.
   std::vector<int32_t> ids = encode_text(*ctx.tokenizer, prompt, /*add_special=*/false, "messages");
-  return start_generation(ctx, CompletionKind::kChat, std::move(ids), r.options,
-                          r.options.ignore_eos ? std::vector<int32_t>{} : ctx.chat_stop_ids);
+  std::vector<int32_t> stop_ids = r.options.ignore_eos ? std::vector<int32_t>{} : ctx.chat_stop_ids;
+  std::optional<text::ToolCallFormat> tool_format = with_tools ? ctx.tool_call_format : std::nullopt;
+  if (tool_format) {
+    // InternLM2's call markers are special tokens: the text keeps them.
+    if (*tool_format == text::ToolCallFormat::kInternLM) r.options.skip_special_tokens = false;
+    stop_ids.insert(stop_ids.end(), ctx.tool_stop_ids.begin(), ctx.tool_stop_ids.end());
+  }
+  return start_generation(ctx, CompletionKind::kChat, std::move(ids), r.options, std::move(stop_ids), tool_format);
 }
 
 HttpResponse ApiServer::completions(const HttpRequest& request, const ServingContext& ctx) {
@@ -88,7 +103,8 @@ HttpResponse ApiServer::completions(const HttpRequest& request, const ServingCon
 }
 
 HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKind kind, std::vector<int32_t> prompt,
-                                         const GenerationOptions& options, std::vector<int32_t> extra_stop_ids) {
+                                         const GenerationOptions& options, std::vector<int32_t> extra_stop_ids,
+                                         std::optional<text::ToolCallFormat> tool_format) {
   const char* param = kind == CompletionKind::kChat ? "messages" : "prompt";
   if (prompt.empty()) throw bad_request("the prompt is empty after tokenization", param, "invalid_value");
   const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -135,6 +151,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
   meta.stream = options.stream;
   meta.include_usage = options.include_usage;
   meta.logprobs = options.logprobs;
+  meta.tool_format = tool_format;
   auto generation = std::make_unique<Generation>(*ctx.engine, *ctx.tokenizer, metrics_, stream, options, prompt_tokens,
                                                  arrival);
   ++in_flight_;
@@ -157,7 +174,7 @@ HttpResponse ApiServer::encode(const HttpRequest& request, const ServingContext&
       text::ChatMessage message;
       message.role = "user";
       message.content = Json(input);
-      text = render_chat(ctx, {message}, /*add_generation_prompt=*/true, std::nullopt);
+      text = render_chat(ctx, *ctx.chat_template, {message}, /*add_generation_prompt=*/true, std::nullopt);
     }
     std::vector<int32_t> tokens = encode_text(*ctx.tokenizer, text, r.add_bos, "input");
     lengths.push_back(tokens.size());

@@ -222,6 +222,68 @@ GenerationOptions parse_generation_options(const Json& body, bool chat) {
   return o;
 }
 
+// Each tool must be {"type": "function", "function": {"name": ..., ...}}.
+void check_tools(const Json& tools) {
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string param = fmt::format("tools[{}]", i);
+    const Json& tool = tools[i];
+    if (!tool.is_object()) throw Fields::wrong_type(param, "a tool object", tool);
+    if (Fields(tool).string("type").value_or("function") != "function") {
+      throw bad_request(param + ".type must be \"function\"", param + ".type", "invalid_value");
+    }
+    const Json* function = Fields(tool).find("function");
+    if (!function) throw bad_request(param + ".function is required", param + ".function", "missing_required_parameter");
+    if (!function->is_object()) throw Fields::wrong_type(param + ".function", "a function object", *function);
+    const std::optional<std::string> name = Fields(*function).string("name");
+    if (!name || name->empty()) {
+      throw bad_request(param + ".function.name must be a non-empty string", param + ".function.name",
+                        "invalid_value");
+    }
+  }
+}
+
+// OpenAI's tool_choice, as LMDeploy applies it: "none" leaves the tools out
+// of the prompt (and the answer is text), "auto" keeps them, a named function
+// keeps only that one. "required" would need the sampler to force a call,
+// which tessera does not do: refused rather than quietly treated as "auto".
+void apply_tool_choice(const Json* choice, std::optional<Json>& tools) {
+  if (!choice || choice->is_null()) return;
+  if (choice->is_string()) {
+    const std::string value = choice->get<std::string>();
+    if (value == "none") {
+      tools.reset();
+    } else if (value == "required") {
+      throw bad_request("'tool_choice': \"required\" is not supported (tessera cannot force a tool call); "
+                        "use \"auto\" or name the function",
+                        "tool_choice", "unsupported_value");
+    } else if (value != "auto") {
+      throw bad_request(fmt::format("'tool_choice' must be \"none\", \"auto\" or {{\"type\": \"function\", "
+                                    "\"function\": {{\"name\": ...}}}}, not \"{}\"", value),
+                        "tool_choice", "invalid_value");
+    }
+    return;
+  }
+  if (!choice->is_object()) throw Fields::wrong_type("tool_choice", "a string or an object", *choice);
+  const Json* function = Fields(*choice).find("function");
+  const std::optional<std::string> name =
+      function && function->is_object() ? Fields(*function).string("name") : std::nullopt;
+  if (!name) {
+    throw bad_request("'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                      "tool_choice", "invalid_value");
+  }
+  Json kept = Json::array();
+  if (tools) {
+    for (const Json& tool : *tools) {
+      if (tool["function"]["name"] == *name) kept.push_back(tool);
+    }
+  }
+  if (kept.empty()) {
+    throw bad_request(fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", *name),
+                      "tool_choice", "invalid_value");
+  }
+  tools = std::move(kept);
+}
+
 }  // namespace
 
 ChatCompletionRequest parse_chat_completion_request(std::string_view body_text) {
@@ -261,10 +323,12 @@ ChatCompletionRequest parse_chat_completion_request(std::string_view body_text) 
       throw bad_request(fmt::format("{}: {}", param, e.message()), param, "invalid_value");
     }
   }
-  if (const Json* tools = f.find("tools")) {
+  if (const Json* tools = f.find("tools"); tools && !tools->is_null()) {
     if (!tools->is_array()) throw Fields::wrong_type("tools", "a list of tools", *tools);
+    check_tools(*tools);
     if (!tools->empty()) r.tools = *tools;
   }
+  apply_tool_choice(f.find("tool_choice"), r.tools);
   r.add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
   r.options = parse_generation_options(body, /*chat=*/true);
   r.options.logprobs = f.boolean("logprobs").value_or(false);

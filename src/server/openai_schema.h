@@ -3,8 +3,8 @@
 // Parsing validates types and ranges and throws ApiError(400) naming the
 // field ("param") for anything wrong, so handlers only see valid values.
 // Unknown fields are ignored, as LMDeploy and vLLM do; fields whose meaning
-// tessera cannot honour yet (n > 1, echo, best_of > 1, logit_bias) are refused
-// with a message rather than silently ignored.
+// tessera cannot honour yet (n > 1, echo, best_of > 1, tool_choice
+// "required") are refused with a message rather than silently ignored.
 //
 // Defaults follow LMDeploy's api_server (temperature 0.7, top_p 1.0, top_k 40;
 // max_tokens 16 for /v1/completions as OpenAI has it, none for chat), so a
@@ -43,6 +43,8 @@ struct GenerationOptions {
 struct ChatCompletionRequest {
   std::string model;
   std::vector<text::ChatMessage> messages;  // at least one
+  // The tools the prompt shows (checked; narrowed by tool_choice: none for
+  // "none", the one named); absent when there are none.
   std::optional<nlohmann::ordered_json> tools;
   bool add_generation_prompt = true;
   GenerationOptions options;
