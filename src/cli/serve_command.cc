@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
+#include "text/reasoning.h"
 #include "text/tool_calls.h"
 
 namespace tessera::cli {
@@ -48,6 +49,7 @@ struct ServeArgs {
   double shutdown_grace_seconds = 30.0;
   int read_timeout_seconds = 60;
   std::string tool_call_parser;  // empty: the format whose markers the vocabulary has
+  std::string reasoning_parser;  // empty: none
   bool ignored_flag = false;
 };
 
@@ -57,6 +59,16 @@ std::optional<text::ToolCallFormat> tool_call_parser_option(const std::string& n
   if (!format) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--tool-call-parser {}: no such parser", name),
                 "use one of " + text::tool_call_format_names() + ", or leave it out to pick by the model's vocabulary");
+  }
+  return format;
+}
+
+std::optional<text::ReasoningFormat> reasoning_parser_option(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  std::optional<text::ReasoningFormat> format = text::reasoning_format_from_name(name);
+  if (!format) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--reasoning-parser {}: no such parser", name),
+                "use one of " + text::reasoning_format_names());
   }
   return format;
 }
@@ -196,6 +208,7 @@ int run_worker_node(const ServeArgs& a) {
 int run_serve(const ServeArgs& a) {
   check_supported(a.engine);  // before anything starts, so a refused flag costs no load
   tool_call_parser_option(a.tool_call_parser);
+  reasoning_parser_option(a.reasoning_parser);
   if (a.engine.node_rank > 0) return run_worker_node(a);
   ShutdownSignal signals;
 
@@ -236,6 +249,12 @@ int run_serve(const ServeArgs& a) {
   context->chat_stop_ids = server::find_chat_stop_ids(*model->tokenizer);
   context->session_len = model->plan.session_len;
   set_up_tool_calls(a.tool_call_parser, *model, *context);
+  context->reasoning_format = reasoning_parser_option(a.reasoning_parser);
+  if (context->reasoning_format) {
+    context->reasoning_keeps_special = text::reasoning_tags_are_special(*model->tokenizer, *context->reasoning_format);
+    log_info("reasoning: chat answers' text before </think> is reasoning_content (--reasoning-parser {}){}",
+             a.reasoning_parser, context->reasoning_keeps_special ? "; special tokens stay in the text" : "");
+  }
   api.set_ready(context);
   signals.set_ready();
   log_info("ready: serving '{}' on http://{}:{} (chat template {}, session length {}, {})", api_options.model_name,
@@ -298,6 +317,9 @@ void add_serve_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--tool-call-parser", a->tool_call_parser,
                   "the markup tool calls are read from: " + text::tool_call_format_names() +
                       " (default: the one whose tokens the vocabulary has)");
+  cmd->add_option("--reasoning-parser", a->reasoning_parser,
+                  "split chat answers' thinking into reasoning_content: " + text::reasoning_format_names() +
+                      " (default: none)");
   // LMDeploy flags with nothing to do here: metrics are always on, there are no FastAPI docs.
   cmd->add_flag("--enable-metrics,--disable-fastapi-docs", a->ignored_flag, "accepted for LMDeploy compatibility; no effect");
   cmd->callback([&runner, a] { runner = [a] { return run_serve(*a); }; });

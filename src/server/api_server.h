@@ -66,6 +66,10 @@ struct ServingContext {
   std::optional<text::ToolCallFormat> tool_call_format;
   std::optional<text::ChatTemplate> tools_template;
   std::vector<int32_t> tool_stop_ids;
+  // --reasoning-parser: chat answers' thinking goes to reasoning_content;
+  // keep_special: its tags are special tokens, so the text keeps them.
+  std::optional<text::ReasoningFormat> reasoning_format;
+  bool reasoning_keeps_special = false;
 };
 
 class ApiServer {
@@ -94,10 +98,10 @@ class ApiServer {
   bool authorized(const HttpRequest& request) const;
   std::shared_ptr<const ServingContext> context() const;
   // Submits and wraps the engine request (common to both completion routes);
-  // with tool_format, the answer's calls in that markup become tool_calls.
+  // `markup`: what of a chat answer becomes reasoning_content and tool_calls.
   HttpResponse start_generation(const ServingContext& context, CompletionKind kind, std::vector<int32_t> prompt,
                                 const GenerationOptions& options, std::vector<int32_t> extra_stop_ids,
-                                std::optional<text::ToolCallFormat> tool_format = std::nullopt);
+                                const AnswerMarkup& markup = {});
 
   ApiOptions options_;
   Metrics metrics_;

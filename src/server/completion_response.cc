@@ -36,7 +36,8 @@ CompletionResponse::CompletionResponse(CompletionMeta meta, std::unique_ptr<Gene
     logprobs_ = Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
                      {"text_offset", Json::array()}};
   }
-  if (meta_.stream && meta_.tool_format) tool_stream_.emplace(*meta_.tool_format);
+  if (meta_.stream && meta_.markup.reasoning) reasoning_stream_.emplace(*meta_.markup.reasoning);
+  if (meta_.stream && meta_.markup.tools) tool_stream_.emplace(*meta_.markup.tools);
 }
 
 CompletionResponse::~CompletionResponse() { cancel(); }
@@ -135,10 +136,24 @@ bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
                                      {"finish_reason", nullptr}}));
       role_sent_ = true;
     }
+    std::string reasoning;
+    if (reasoning_stream_) {
+      text::ReasoningText piece = reasoning_stream_->feed(delta.text);
+      if (generation_->finished()) {
+        text::ReasoningText rest = reasoning_stream_->finish();
+        piece.reasoning += rest.reasoning;
+        piece.content += rest.content;
+      }
+      reasoning = std::move(piece.reasoning);
+      delta.text = std::move(piece.content);
+    }
     if (tool_stream_) delta.text = tool_stream_->feed(delta.text);
-    if (!delta.empty()) {
+    if (!delta.empty() || !reasoning.empty()) {
       Json choice = {{"index", 0}};
-      if (chat) {
+      if (chat && !reasoning.empty()) {
+        choice["delta"] = {{"reasoning_content", reasoning}};
+        if (!delta.text.empty()) choice["delta"]["content"] = delta.text;
+      } else if (chat) {
         choice["delta"] = {{"content", delta.text}};
       } else {
         choice["text"] = delta.text;
@@ -197,22 +212,30 @@ bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
   }
   Json choice = {{"index", 0}};
   std::string finish_reason = *generation_->finish_reason();
-  if (chat && meta_.tool_format) {
-    text::ToolCallText parsed = text::parse_tool_calls(*meta_.tool_format, text_);
-    if (!parsed.calls.empty()) {
-      const bool blank = parsed.content.find_first_not_of(" \t\r\n") == std::string::npos;
-      choice["message"] = {{"role", "assistant"},
-                           {"content", blank ? Json(nullptr) : Json(parsed.content)},
-                           {"tool_calls", tool_calls_json(parsed.calls, /*streaming=*/false)}};
+  if (chat) {
+    std::string content = text_;
+    Json message = {{"role", "assistant"}};
+    if (meta_.markup.reasoning) {
+      text::ReasoningText split = text::split_reasoning(*meta_.markup.reasoning, text_);
+      message["reasoning_content"] = std::move(split.reasoning);
+      content = std::move(split.content);
+    }
+    std::vector<text::ToolCall> calls;
+    if (meta_.markup.tools) {
+      text::ToolCallText parsed = text::parse_tool_calls(*meta_.markup.tools, content);
+      calls = std::move(parsed.calls);
+      if (!calls.empty()) content = std::move(parsed.content);
+    }
+    // With markup, an answer that is all reasoning or all calls has no content (null, as OpenAI sends it).
+    const bool blank = content.find_first_not_of(" \t\r\n") == std::string::npos;
+    message["content"] = blank && (meta_.markup.reasoning || !calls.empty()) ? Json(nullptr) : Json(content);
+    if (!calls.empty()) {
+      message["tool_calls"] = tool_calls_json(calls, /*streaming=*/false);
       finish_reason = "tool_calls";
     }
-  }
-  if (!choice.contains("message")) {
-    if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", text_}};
-    } else {
-      choice["text"] = text_;
-    }
+    choice["message"] = std::move(message);
+  } else {
+    choice["text"] = text_;
   }
   choice["logprobs"] = meta_.logprobs ? logprobs_ : Json(nullptr);
   choice["finish_reason"] = finish_reason;

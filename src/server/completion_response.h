@@ -15,6 +15,7 @@
 
 #include "server/generation.h"
 #include "server/http_types.h"
+#include "text/reasoning.h"
 #include "text/tool_calls.h"
 
 namespace tessera::server {
@@ -38,6 +39,14 @@ class Notifier {
   std::function<void()> wake_;
 };
 
+// What a chat answer's text holds besides its content: reasoning (split
+// into reasoning_content, first) and tool calls in the content that follows
+// (tool_calls, finish_reason "tool_calls"; the text before them stays the content).
+struct AnswerMarkup {
+  std::optional<text::ToolCallFormat> tools;
+  std::optional<text::ReasoningFormat> reasoning;
+};
+
 struct CompletionMeta {
   CompletionKind kind = CompletionKind::kChat;
   std::string id;     // "chatcmpl-..." / "cmpl-..."
@@ -46,9 +55,7 @@ struct CompletionMeta {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
-  // Chat with tools: the answer's calls in this markup become tool_calls
-  // (finish_reason "tool_calls"); the text before them stays the content.
-  std::optional<text::ToolCallFormat> tool_format;
+  AnswerMarkup markup;
 };
 
 class CompletionResponse : public PendingResponse {
@@ -80,6 +87,7 @@ class CompletionResponse : public PendingResponse {
   bool done_ = false;
   std::string text_;                  // non-streaming: everything so far
   nlohmann::ordered_json logprobs_;   // non-streaming: accumulated logprobs
+  std::optional<text::ReasoningStream> reasoning_stream_;  // streaming with reasoning: splits it off
   std::optional<text::ToolCallStream> tool_stream_;  // streaming with tools: holds what may be a call
 };
 

@@ -82,13 +82,16 @@ HttpResponse ApiServer::chat_completions(const HttpRequest& request, const Servi
   // The template wrote the special tokens (BOS included): none are added again.
   std::vector<int32_t> ids = encode_text(*ctx.tokenizer, prompt, /*add_special=*/false, "messages");
   std::vector<int32_t> stop_ids = r.options.ignore_eos ? std::vector<int32_t>{} : ctx.chat_stop_ids;
-  std::optional<text::ToolCallFormat> tool_format = with_tools ? ctx.tool_call_format : std::nullopt;
-  if (tool_format) {
+  AnswerMarkup markup;
+  markup.tools = with_tools ? ctx.tool_call_format : std::nullopt;
+  if (markup.tools) {
     // InternLM2's call markers are special tokens: the text keeps them.
-    if (*tool_format == text::ToolCallFormat::kInternLM) r.options.skip_special_tokens = false;
+    if (*markup.tools == text::ToolCallFormat::kInternLM) r.options.skip_special_tokens = false;
     stop_ids.insert(stop_ids.end(), ctx.tool_stop_ids.begin(), ctx.tool_stop_ids.end());
   }
-  return start_generation(ctx, CompletionKind::kChat, std::move(ids), r.options, std::move(stop_ids), tool_format);
+  markup.reasoning = ctx.reasoning_format;
+  if (markup.reasoning && ctx.reasoning_keeps_special) r.options.skip_special_tokens = false;
+  return start_generation(ctx, CompletionKind::kChat, std::move(ids), r.options, std::move(stop_ids), markup);
 }
 
 HttpResponse ApiServer::completions(const HttpRequest& request, const ServingContext& ctx) {
@@ -104,7 +107,7 @@ HttpResponse ApiServer::completions(const HttpRequest& request, const ServingCon
 
 HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKind kind, std::vector<int32_t> prompt,
                                          const GenerationOptions& options, std::vector<int32_t> extra_stop_ids,
-                                         std::optional<text::ToolCallFormat> tool_format) {
+                                         const AnswerMarkup& markup) {
   const char* param = kind == CompletionKind::kChat ? "messages" : "prompt";
   if (prompt.empty()) throw bad_request("the prompt is empty after tokenization", param, "invalid_value");
   const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -151,7 +154,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
   meta.stream = options.stream;
   meta.include_usage = options.include_usage;
   meta.logprobs = options.logprobs;
-  meta.tool_format = tool_format;
+  meta.markup = markup;
   auto generation = std::make_unique<Generation>(*ctx.engine, *ctx.tokenizer, metrics_, stream, options, prompt_tokens,
                                                  arrival);
   ++in_flight_;

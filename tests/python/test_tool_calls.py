@@ -1,32 +1,21 @@
 """Tool calls (OpenAI function calling) end to end, through the official `openai` client.
 
-The served models are scripted: the demo model's tokenizer with the markup of
-a tool-using model added as tokens (InternLM2's <|action_start|><|plugin|> ...
-<|action_end|>, Qwen2.5's <tool_call> ... </tool_call>) and the pieces of one
-answer added as whole tokens, and weights that make greedy decoding write
-that answer token by token: every layer is zero (the residual stream passes
-through unchanged), each token of the answer embeds to a direction of its
-own, and the LM head maps each direction to the next token of the answer
-(every other token to the first). The engine, template, detokenizer and
-server that turn the answer into `tool_calls` are the real ones.
+The served models are scripted (scripted_model.py): their greedy answer to
+any prompt is a tool call in the markup of a tool-using model (InternLM2's
+<|action_start|><|plugin|> ... <|action_end|>, Qwen2.5's <tool_call> ...
+</tool_call>). The engine, template, detokenizer and server that turn the
+answer into `tool_calls` are the real ones.
 """
 
 import json
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
-import numpy as np
 import openai
 import pytest
 import requests
 
+from scripted_model import scripted_model
 from test_server_helpers import Server, make_demo_model
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-import awq_reference as ref  # noqa: E402
 
 TOOLS = [
     {"type": "function", "function": {
@@ -46,49 +35,6 @@ INTERNLM_OTHERS = [("<|im_start|>", True)]
 QWEN_ANSWER = [("Let me check.", False), ("<tool_call>", False), ('\n{"name": "get_weather", "arguments": ', False),
                ('{"city": "Paris"}}\n', False), ("</tool_call>", False), ("<|im_end|>", True)]
 QWEN_OTHERS = [("<|im_start|>", True)]
-
-
-def scripted_model(binary, root, answer, others, chat_template=None):
-    """The demo model whose greedy answer to any prompt is `answer`'s pieces in order."""
-    demo = make_demo_model(binary, root / "demo")
-    out = root / "model"
-    shutil.copytree(demo, out)
-    tokenizer = json.loads((out / "tokenizer.json").read_text())
-    base = len(tokenizer["model"]["vocab"])
-    ids = {}
-    for piece, special in answer + others:
-        ids[piece] = base + len(ids)
-        tokenizer["added_tokens"].append({"id": ids[piece], "content": piece, "single_word": False, "lstrip": False,
-                                          "rstrip": False, "normalized": False, "special": special})
-    (out / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
-    if chat_template is not None:
-        config = json.loads((out / "tokenizer_config.json").read_text())
-        config["chat_template"] = chat_template
-        (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
-
-    config = json.loads((out / "config.json").read_text())
-    vocab, hidden = base + len(ids), config["hidden_size"]
-    config["vocab_size"] = vocab
-    (out / "config.json").write_text(json.dumps(config))
-    tensors = ref.read_safetensors(out / "model.safetensors")
-    tensors = {name: (np.ones_like(t) if t.ndim == 1 else np.zeros_like(t))
-               for name, t in tensors.items() if "embed_tokens" not in name and "lm_head" not in name}
-    # Direction 0: any token outside the answer; direction i + 1: the answer's piece i.
-    chain = [ids[piece] for piece, _ in answer]
-    assert len(chain) < hidden
-    embed = np.zeros((vocab, hidden), np.float32)
-    embed[:, 0] = 1.0
-    head = np.zeros((vocab, hidden), np.float32)
-    head[chain[0], 0] = 1.0
-    for i, token in enumerate(chain):
-        embed[token] = 0.0
-        embed[token, i + 1] = 1.0
-        if i + 1 < len(chain):
-            head[chain[i + 1], i + 1] = 1.0
-    tensors["model.embed_tokens.weight"] = embed
-    tensors["lm_head.weight"] = head
-    ref.write_safetensors(out / "model.safetensors", tensors)
-    return out
 
 
 def serve_scripted(binary, root, answer, others, template_file):
