@@ -89,6 +89,7 @@ void set_up_tool_calls(const std::string& parser, const ServingModel& model, ser
   }
   if (!format) format = text::detect_tool_call_format(tokenizer);
   context.tool_call_format = format;
+  context.tool_keeps_special = format && text::tool_call_markers_are_special(tokenizer, *format);
   if (model.chat_template->renders_tools()) {
     context.tools_template = model.chat_template;
   } else if (format == text::ToolCallFormat::kInternLM) {

@@ -66,6 +66,7 @@ struct ServingContext {
   std::optional<text::ToolCallFormat> tool_call_format;
   std::optional<text::ChatTemplate> tools_template;
   std::vector<int32_t> tool_stop_ids;
+  bool tool_keeps_special = false;  // the markers are special tokens: such answers keep special tokens
   // --reasoning-parser: chat answers' thinking goes to reasoning_content;
   // keep_special: its tags are special tokens, so the text keeps them.
   std::optional<text::ReasoningFormat> reasoning_format;

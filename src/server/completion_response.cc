@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include <fmt/format.h>
-
 #include "server/api_error.h"
 #include "server/sse.h"
 
@@ -66,14 +64,14 @@ Json CompletionResponse::usage() const {
               {"total_tokens", generation_->prompt_tokens() + generation_->completion_tokens()}};
 }
 
-// OpenAI's tool_calls: each call with an id of its own; a stream's deltas
-// carry their index as well.
+// OpenAI's tool_calls: each call with a new id (random: a conversation's ids
+// must not repeat across its turns); a stream's deltas carry their index too.
 Json CompletionResponse::tool_calls_json(const std::vector<text::ToolCall>& calls, bool streaming) const {
   Json out = Json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     Json call;
     if (streaming) call["index"] = i;
-    call["id"] = fmt::format("call_{}_{}", meta_.id.substr(meta_.id.find('-') + 1), i);
+    call["id"] = text::tool_call_id(*meta_.markup.tools);
     call["type"] = "function";
     call["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
     out.push_back(std::move(call));

@@ -85,8 +85,8 @@ HttpResponse ApiServer::chat_completions(const HttpRequest& request, const Servi
   AnswerMarkup markup;
   markup.tools = with_tools ? ctx.tool_call_format : std::nullopt;
   if (markup.tools) {
-    // InternLM2's call markers are special tokens: the text keeps them.
-    if (*markup.tools == text::ToolCallFormat::kInternLM) r.options.skip_special_tokens = false;
+    // Markers that are special tokens (InternLM2's, Mistral's) must stay in the text.
+    if (ctx.tool_keeps_special) r.options.skip_special_tokens = false;
     stop_ids.insert(stop_ids.end(), ctx.tool_stop_ids.begin(), ctx.tool_stop_ids.end());
   }
   markup.reasoning = ctx.reasoning_format;

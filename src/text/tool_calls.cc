@@ -1,6 +1,7 @@
 #include "text/tool_calls.h"
 
 #include <algorithm>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@ constexpr std::string_view kInternLMEnd = "<|action_end|>";
 constexpr std::string_view kQwenStart = "<tool_call>";
 constexpr std::string_view kQwenEnd = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kMistralStart = "[TOOL_CALLS]";
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -35,6 +37,7 @@ std::string_view start_marker(ToolCallFormat format) {
     case ToolCallFormat::kInternLM: return kInternLMStart;
     case ToolCallFormat::kQwen: return kQwenStart;
     case ToolCallFormat::kLlama3: return kPythonTag;
+    case ToolCallFormat::kMistral: return kMistralStart;
   }
   return {};
 }
@@ -125,6 +128,25 @@ std::optional<std::vector<ToolCall>> read_calls(ToolCallFormat format, std::stri
       }
       return calls;
     }
+    case ToolCallFormat::kMistral: {
+      // The marker, then a JSON list of call objects.
+      at = skip_space(text, at + kMistralStart.size());
+      if (at >= text.size() || text[at] != '[') return std::nullopt;
+      at = skip_space(text, at + 1);
+      while (true) {
+        auto call = read_call(text, at);
+        if (!call) return std::nullopt;
+        calls.push_back(std::move(call->first));
+        at = skip_space(text, call->second);
+        if (at < text.size() && text[at] == ',') {
+          at = skip_space(text, at + 1);
+        } else if (at < text.size() && text[at] == ']') {
+          return skip_space(text, at + 1) == text.size() ? std::optional(std::move(calls)) : std::nullopt;
+        } else {
+          return std::nullopt;
+        }
+      }
+    }
     case ToolCallFormat::kLlama3: {
       if (starts_at(text, at, kPythonTag)) at += kPythonTag.size();
       at = skip_space(text, at);
@@ -147,6 +169,7 @@ std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name) 
   if (name == "internlm" || name == "internlm2" || name == "intern-s1") return ToolCallFormat::kInternLM;
   if (name == "qwen" || name == "qwen2d5" || name == "qwen2.5" || name == "hermes") return ToolCallFormat::kQwen;
   if (name == "llama3" || name == "llama3_json") return ToolCallFormat::kLlama3;
+  if (name == "mistral") return ToolCallFormat::kMistral;
   return std::nullopt;
 }
 
@@ -155,11 +178,12 @@ const char* tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::kInternLM: return "internlm";
     case ToolCallFormat::kQwen: return "qwen";
     case ToolCallFormat::kLlama3: return "llama3";
+    case ToolCallFormat::kMistral: return "mistral";
   }
   return "?";
 }
 
-std::string tool_call_format_names() { return "internlm, qwen, llama3"; }
+std::string tool_call_format_names() { return "internlm, qwen, llama3, mistral"; }
 
 bool tokenizer_has_tool_call_markers(const Tokenizer& tokenizer, ToolCallFormat format) {
   const auto has = [&](std::string_view piece) { return tokenizer.piece_to_id(piece).has_value(); };
@@ -167,12 +191,29 @@ bool tokenizer_has_tool_call_markers(const Tokenizer& tokenizer, ToolCallFormat 
     case ToolCallFormat::kInternLM: return has("<|action_start|>") && has("<|plugin|>") && has("<|action_end|>");
     case ToolCallFormat::kQwen: return has(kQwenStart) && has(kQwenEnd);
     case ToolCallFormat::kLlama3: return true;
+    case ToolCallFormat::kMistral: return has(kMistralStart);
   }
   return false;
 }
 
+bool tool_call_markers_are_special(const Tokenizer& tokenizer, ToolCallFormat format) {
+  const std::string_view marker = format == ToolCallFormat::kInternLM ? "<|action_start|>" : start_marker(format);
+  const std::optional<int32_t> id = tokenizer.piece_to_id(marker);
+  return id && tokenizer.is_special(*id);
+}
+
+std::string tool_call_id(ToolCallFormat format) {
+  static constexpr char kAlphanumeric[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<size_t> pick(0, sizeof(kAlphanumeric) - 2);
+  std::string id = format == ToolCallFormat::kMistral ? "" : "call_";
+  const size_t random = format == ToolCallFormat::kMistral ? 9 : 24;
+  for (size_t i = 0; i < random; ++i) id += kAlphanumeric[pick(rng)];
+  return id;
+}
+
 std::optional<ToolCallFormat> detect_tool_call_format(const Tokenizer& tokenizer) {
-  for (ToolCallFormat format : {ToolCallFormat::kInternLM, ToolCallFormat::kQwen}) {
+  for (ToolCallFormat format : {ToolCallFormat::kInternLM, ToolCallFormat::kQwen, ToolCallFormat::kMistral}) {
     if (tokenizer_has_tool_call_markers(tokenizer, format)) return format;
   }
   if (tokenizer.piece_to_id(kPythonTag)) return ToolCallFormat::kLlama3;

@@ -9,6 +9,7 @@
 //             one block per call
 //   llama3    Llama 3.1 / 3.2: {"name": ..., "parameters": {...}} as the whole answer, optionally after
 //             <|python_tag|>, several separated by ';'
+//   mistral   Mistral (v3 tokenizers, Nemo): [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
 // The text before the first call is the message's content. Output that looks
 // like a call but is not valid JSON with a string "name" is no call: it stays
 // content, so nothing the model wrote is lost.
@@ -23,23 +24,32 @@ namespace tessera::text {
 
 class Tokenizer;
 
-enum class ToolCallFormat { kInternLM, kQwen, kLlama3 };
+enum class ToolCallFormat { kInternLM, kQwen, kLlama3, kMistral };
 
-// "internlm" (or "internlm2", "intern-s1"), "qwen" (or "qwen2d5", "hermes"), "llama3";
+// "internlm" (or "internlm2", "intern-s1"), "qwen" (or "qwen2d5", "hermes"), "llama3", "mistral";
 // nullopt for anything else.
 std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name);
 const char* tool_call_format_name(ToolCallFormat format);
-// The names tool_call_format_from_name takes first, for messages: "internlm, qwen, llama3".
+// The names tool_call_format_from_name takes first, for messages: "internlm, qwen, llama3, mistral".
 std::string tool_call_format_names();
 
 // The format whose markers are tokens of the vocabulary: <|action_start|> and
-// <|plugin|> → internlm; <tool_call> and </tool_call> → qwen; <|python_tag|>
-// → llama3. nullopt when none are.
+// <|plugin|> → internlm; <tool_call> and </tool_call> → qwen; [TOOL_CALLS] →
+// mistral; <|python_tag|> → llama3. nullopt when none are.
 std::optional<ToolCallFormat> detect_tool_call_format(const Tokenizer& tokenizer);
 
 // True when the format's markers are tokens of the vocabulary (llama3 needs
 // none: its calls are bare JSON).
 bool tokenizer_has_tool_call_markers(const Tokenizer& tokenizer, ToolCallFormat format);
+
+// True when the format's opening marker is a special token of the
+// vocabulary: the answer's text must then keep special tokens to show it.
+bool tool_call_markers_are_special(const Tokenizer& tokenizer, ToolCallFormat format);
+
+// A new random id for a call: Mistral's templates take only nine letters and
+// digits (and refuse the conversation otherwise), the rest OpenAI's "call_"
+// and 24 of them.
+std::string tool_call_id(ToolCallFormat format);
 
 struct ToolCall {
   std::string name;

@@ -29,9 +29,14 @@ def scripted_model(binary, root, answer, others, chat_template=None):
     shutil.copytree(demo, out)
     tokenizer = json.loads((out / "tokenizer.json").read_text())
     base = len(tokenizer["model"]["vocab"])
-    ids = {}
+    # Pieces the tokenizer has as added tokens already (the demo's "</s>") keep their ids.
+    ids = {t["content"]: t["id"] for t in tokenizer["added_tokens"]}
+    added = 0
     for piece, special in answer + others:
-        ids[piece] = base + len(ids)
+        if piece in ids:
+            continue
+        ids[piece] = base + added
+        added += 1
         tokenizer["added_tokens"].append({"id": ids[piece], "content": piece, "single_word": False, "lstrip": False,
                                           "rstrip": False, "normalized": False, "special": special})
     (out / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
@@ -41,7 +46,7 @@ def scripted_model(binary, root, answer, others, chat_template=None):
         (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
 
     config = json.loads((out / "config.json").read_text())
-    vocab, hidden = base + len(ids), config["hidden_size"]
+    vocab, hidden = base + added, config["hidden_size"]
     config["vocab_size"] = vocab
     (out / "config.json").write_text(json.dumps(config))
     tensors = ref.read_safetensors(out / "model.safetensors")

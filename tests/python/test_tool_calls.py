@@ -153,6 +153,29 @@ def test_qwen_call_through_its_own_template(qwen_server):
     assert calls[0]["name"] == "get_weather" and json.loads(calls[0]["arguments"]) == {"city": "Paris"}
 
 
+def test_mistral_call_and_its_round_trip_through_the_template(tessera_bin, testdata, tmp_path):
+    # Mistral v3 tokenizers have [TOOL_CALLS] as a control token; the answer ends with eos.
+    pieces = [("I will check.", False), ("[TOOL_CALLS]", True),
+              ('[{"name": "get_weather", "arguments": {"city": "Paris"}}]', False), ("</s>", True)]
+    template = (testdata / "chat_templates" / "mistralai-Mistral-Nemo-Instruct-2407.jinja").read_text()
+    model = scripted_model(tessera_bin, tmp_path, pieces, [], chat_template=template)
+    s = Server(tessera_bin, model, tmp_path / "server.log")
+    try:
+        assert "answers are read in mistral markup" in s.read_log()
+        message = chat(s, messages=WEATHER, tools=TOOLS).choices[0].message
+        assert message.content == "I will check."
+        call = message.tool_calls[0]
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+        # The template takes only nine-letter ids: the one given must go back in as it is.
+        assert len(call.id) == 9 and call.id.isalnum()
+        r = chat(s, tools=TOOLS, messages=WEATHER + [
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "sunny"}])
+        assert r.choices[0].finish_reason == "tool_calls"
+    finally:
+        assert s.stop() == 0
+
+
 @pytest.mark.parametrize("body, param, words", [
     ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice", "not supported"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "'nope'"),
@@ -190,7 +213,7 @@ def test_a_template_that_drops_tools_is_refused_with_the_fix(tessera_bin, tmp_pa
 def test_an_unknown_tool_call_parser_is_refused_before_loading(tessera_bin, tmp_path):
     demo = make_demo_model(tessera_bin, tmp_path / "demo")
     r = subprocess.run([str(tessera_bin), "serve", "api_server", str(demo), "--server-port", "0",
-                        "--tool-call-parser", "mistral"], capture_output=True, text=True, timeout=60)
+                        "--tool-call-parser", "granite"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
-    assert "--tool-call-parser mistral" in r.stderr and "internlm, qwen, llama3" in r.stderr
+    assert "--tool-call-parser granite" in r.stderr and "internlm, qwen, llama3, mistral" in r.stderr
     assert "loading" not in r.stderr

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+
 #include "text/tool_calls.h"
 
 namespace tessera::text {
@@ -70,6 +72,26 @@ TEST(ToolCalls, Llama3BareJsonAndPythonTag) {
   expect_call(tagged.calls[0], "now", Json{{"tz", "UTC"}});
 }
 
+TEST(ToolCalls, MistralListOfCalls) {
+  ToolCallText parsed = parse_tool_calls(
+      ToolCallFormat::kMistral, "On it.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": " + kParis.dump() +
+                                    "}, {\"name\": \"now\", \"arguments\": {}}]");
+  EXPECT_EQ(parsed.content, "On it.");
+  ASSERT_EQ(parsed.calls.size(), 2u);
+  expect_call(parsed.calls[0], "get_weather", kParis);
+  expect_call(parsed.calls[1], "now", Json::object());
+}
+
+TEST(ToolCalls, IdsAreFreshAndMistralsHaveNineAlphanumerics) {
+  const std::string a = tool_call_id(ToolCallFormat::kMistral), b = tool_call_id(ToolCallFormat::kMistral);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.size(), 9u);
+  for (char c : a) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << a;
+  const std::string openai = tool_call_id(ToolCallFormat::kQwen);
+  EXPECT_TRUE(openai.starts_with("call_")) << openai;
+  EXPECT_EQ(openai.size(), 29u);
+}
+
 TEST(ToolCalls, StringArgumentsAreKeptAsTheyAre) {
   ToolCallText parsed = parse_tool_calls(
       ToolCallFormat::kQwen, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>");
@@ -88,6 +110,9 @@ TEST(ToolCalls, MalformedCallsStayContent) {
       {ToolCallFormat::kLlama3, "{\"name\": \"f\"} and then some words"},
       {ToolCallFormat::kLlama3, "{\"answer\": 42}"},
       {ToolCallFormat::kLlama3, "The JSON is {\"name\": \"f\"}"},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS]{\"name\": \"f\"}"},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS][{\"name\": \"f\"} {\"name\": \"g\"}]"},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS][{\"name\": \"f\"}] trailing words"},
   };
   for (const auto& [format, text] : cases) {
     ToolCallText parsed = parse_tool_calls(format, text);
@@ -100,8 +125,10 @@ TEST(ToolCalls, FormatNames) {
   EXPECT_EQ(tool_call_format_from_name("internlm"), ToolCallFormat::kInternLM);
   EXPECT_EQ(tool_call_format_from_name("qwen2d5"), ToolCallFormat::kQwen);
   EXPECT_EQ(tool_call_format_from_name("llama3"), ToolCallFormat::kLlama3);
-  EXPECT_EQ(tool_call_format_from_name("mistral"), std::nullopt);
-  for (ToolCallFormat f : {ToolCallFormat::kInternLM, ToolCallFormat::kQwen, ToolCallFormat::kLlama3}) {
+  EXPECT_EQ(tool_call_format_from_name("mistral"), ToolCallFormat::kMistral);
+  EXPECT_EQ(tool_call_format_from_name("granite"), std::nullopt);
+  for (ToolCallFormat f :
+       {ToolCallFormat::kInternLM, ToolCallFormat::kQwen, ToolCallFormat::kLlama3, ToolCallFormat::kMistral}) {
     EXPECT_EQ(tool_call_format_from_name(tool_call_format_name(f)), f);
   }
 }
@@ -140,6 +167,7 @@ const std::vector<std::pair<ToolCallFormat, std::string>>& stream_cases() {
       {ToolCallFormat::kLlama3, " \n{\"name\": \"now\", \"parameters\": {}}"},
       {ToolCallFormat::kLlama3, "Words first, then <|python_tag|>{\"name\": \"now\", \"parameters\": {}}"},
       {ToolCallFormat::kLlama3, "  just an answer {with braces}"},
+      {ToolCallFormat::kMistral, "Sure [TOOL_C[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]"},
   };
   return cases;
 }
