@@ -98,9 +98,11 @@ class ApiServer {
   void add_cors_headers(const HttpRequest& request, HttpResponse& response) const;
   bool authorized(const HttpRequest& request) const;
   std::shared_ptr<const ServingContext> context() const;
-  // Submits and wraps the engine request (common to both completion routes);
-  // `markup`: what of a chat answer becomes reasoning_content and tool_calls.
-  HttpResponse start_generation(const ServingContext& context, CompletionKind kind, std::vector<int32_t> prompt,
+  // Submits and wraps the engine requests, `options.n` for each prompt (common
+  // to both completion routes); `markup`: what of a chat answer becomes
+  // reasoning_content and tool_calls.
+  HttpResponse start_generation(const ServingContext& context, CompletionKind kind,
+                                std::vector<std::vector<int32_t>> prompts,
                                 const GenerationOptions& options, std::vector<int32_t> extra_stop_ids,
                                 const AnswerMarkup& markup = {});
 

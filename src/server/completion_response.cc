@@ -22,20 +22,20 @@ Json bytes_of(const std::string& s) {
 
 }  // namespace
 
-CompletionResponse::CompletionResponse(CompletionMeta meta, std::unique_ptr<Generation> generation,
-                                       std::shared_ptr<Notifier> notifier, std::function<void(unsigned)> on_done)
+CompletionResponse::CompletionResponse(CompletionMeta meta, std::vector<std::unique_ptr<Generation>> generations,
+                                       int64_t prompt_tokens, std::shared_ptr<Notifier> notifier,
+                                       std::function<void(unsigned)> on_done)
     : meta_(std::move(meta)),
-      generation_(std::move(generation)),
+      prompt_tokens_(prompt_tokens),
       notifier_(std::move(notifier)),
       on_done_(std::move(on_done)) {
-  if (meta_.kind == CompletionKind::kChat) {
-    logprobs_ = Json{{"content", Json::array()}};
-  } else {
-    logprobs_ = Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
-                     {"text_offset", Json::array()}};
+  for (std::unique_ptr<Generation>& generation : generations) {
+    Choice& choice = choices_.emplace_back();
+    choice.generation = std::move(generation);
+    choice.logprobs = empty_logprobs();
+    if (meta_.stream && meta_.markup.reasoning) choice.reasoning_stream.emplace(*meta_.markup.reasoning);
+    if (meta_.stream && meta_.markup.tools) choice.tool_stream.emplace(*meta_.markup.tools);
   }
-  if (meta_.stream && meta_.markup.reasoning) reasoning_stream_.emplace(*meta_.markup.reasoning);
-  if (meta_.stream && meta_.markup.tools) tool_stream_.emplace(*meta_.markup.tools);
 }
 
 CompletionResponse::~CompletionResponse() { cancel(); }
@@ -44,10 +44,12 @@ void CompletionResponse::start(std::function<void()> wake) { notifier_->set(std:
 
 void CompletionResponse::cancel() noexcept {
   notifier_->set({});
-  try {
-    generation_->cancel();
-  } catch (...) {
-    // Aborting only queues an id; nothing here can fail in a way the client could see.
+  for (Choice& choice : choices_) {
+    try {
+      choice.generation->cancel();
+    } catch (...) {
+      // Aborting only queues an id; nothing here can fail in a way the client could see.
+    }
   }
   done(499);  // nginx's "client closed request"; counted, never sent
 }
@@ -59,9 +61,18 @@ void CompletionResponse::done(unsigned status) {
 }
 
 Json CompletionResponse::usage() const {
-  return Json{{"prompt_tokens", generation_->prompt_tokens()},
-              {"completion_tokens", generation_->completion_tokens()},
-              {"total_tokens", generation_->prompt_tokens() + generation_->completion_tokens()}};
+  int64_t completion_tokens = 0;
+  for (const Choice& choice : choices_) completion_tokens += choice.generation->completion_tokens();
+  return Json{{"prompt_tokens", prompt_tokens_},
+              {"completion_tokens", completion_tokens},
+              {"total_tokens", prompt_tokens_ + completion_tokens}};
+}
+
+Json CompletionResponse::empty_logprobs() const {
+  return meta_.kind == CompletionKind::kChat
+             ? Json{{"content", Json::array()}}
+             : Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()},
+                    {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
 }
 
 // OpenAI's tool_calls: each call with a new id (random: a conversation's ids
@@ -111,110 +122,83 @@ void CompletionResponse::append_logprobs(Json& into, const std::vector<TokenLogp
 }
 
 Json CompletionResponse::logprobs_json(const std::vector<TokenLogprobText>& logprobs, size_t text_offset) const {
-  Json out = meta_.kind == CompletionKind::kChat
-                 ? Json{{"content", Json::array()}}
-                 : Json{{"tokens", Json::array()}, {"token_logprobs", Json::array()},
-                        {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  Json out = empty_logprobs();
   append_logprobs(out, logprobs, text_offset);
   return out;
 }
 
-bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
-  if (done_) return true;
-  const size_t offset_before = text_.size();
-  GenerationDelta delta = generation_->poll();
-  text_ += delta.text;
+void CompletionResponse::stream_choice(size_t index, Choice& c, GenerationDelta delta, size_t offset_before,
+                                       std::string& chunk) {
   const bool chat = meta_.kind == CompletionKind::kChat;
-
-  if (meta_.stream) {
-    if (chat && !role_sent_) {
-      chunk += sse_event(chunk_json({{"index", 0},
-                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                     {"logprobs", nullptr},
-                                     {"finish_reason", nullptr}}));
-      role_sent_ = true;
+  const Generation& generation = *c.generation;
+  if (chat && !c.role_sent) {
+    chunk += sse_event(chunk_json({{"index", index},
+                                   {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", nullptr}}));
+    c.role_sent = true;
+  }
+  std::string reasoning;
+  if (c.reasoning_stream) {
+    text::ReasoningText piece = c.reasoning_stream->feed(delta.text);
+    if (generation.finished()) {
+      text::ReasoningText rest = c.reasoning_stream->finish();
+      piece.reasoning += rest.reasoning;
+      piece.content += rest.content;
     }
-    std::string reasoning;
-    if (reasoning_stream_) {
-      text::ReasoningText piece = reasoning_stream_->feed(delta.text);
-      if (generation_->finished()) {
-        text::ReasoningText rest = reasoning_stream_->finish();
-        piece.reasoning += rest.reasoning;
-        piece.content += rest.content;
-      }
-      reasoning = std::move(piece.reasoning);
-      delta.text = std::move(piece.content);
-    }
-    if (tool_stream_) delta.text = tool_stream_->feed(delta.text);
-    if (!delta.empty() || !reasoning.empty()) {
-      Json choice = {{"index", 0}};
-      if (chat && !reasoning.empty()) {
-        choice["delta"] = {{"reasoning_content", reasoning}};
-        if (!delta.text.empty()) choice["delta"]["content"] = delta.text;
-      } else if (chat) {
-        choice["delta"] = {{"content", delta.text}};
-      } else {
-        choice["text"] = delta.text;
-      }
-      choice["logprobs"] = meta_.logprobs ? logprobs_json(delta.logprobs, offset_before) : Json(nullptr);
-      choice["finish_reason"] = nullptr;
-      chunk += sse_event(chunk_json(std::move(choice)));
-    }
-    if (!generation_->finished()) return false;
-    if (!generation_->error().empty()) {
-      const unsigned status = generation_->engine_unavailable() ? 503 : 500;
-      chunk += sse_event(Json::parse(error_body(status, generation_->error())));
+    reasoning = std::move(piece.reasoning);
+    delta.text = std::move(piece.content);
+  }
+  if (c.tool_stream) delta.text = c.tool_stream->feed(delta.text);
+  if (!delta.empty() || !reasoning.empty()) {
+    Json choice = {{"index", index}};
+    if (chat && !reasoning.empty()) {
+      choice["delta"] = {{"reasoning_content", reasoning}};
+      if (!delta.text.empty()) choice["delta"]["content"] = delta.text;
+    } else if (chat) {
+      choice["delta"] = {{"content", delta.text}};
     } else {
-      std::string finish_reason = *generation_->finish_reason();
-      if (tool_stream_) {
-        text::ToolCallText rest = tool_stream_->finish();
-        Json delta_rest = Json::object();
-        if (!rest.content.empty()) delta_rest["content"] = rest.content;
-        if (!rest.calls.empty()) {
-          delta_rest["tool_calls"] = tool_calls_json(rest.calls, /*streaming=*/true);
-          finish_reason = "tool_calls";
-        }
-        if (!delta_rest.empty()) {
-          chunk += sse_event(chunk_json(
-              {{"index", 0}, {"delta", std::move(delta_rest)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
-        }
-      }
-      Json choice = {{"index", 0}};
-      if (chat) {
-        choice["delta"] = Json::object();
-      } else {
-        choice["text"] = "";
-      }
-      choice["logprobs"] = nullptr;
-      choice["finish_reason"] = finish_reason;
-      chunk += sse_event(chunk_json(std::move(choice)));
-      if (meta_.include_usage) {
-        Json last = chunk_json(nullptr);
-        last["choices"] = Json::array();
-        last["usage"] = usage();
-        chunk += sse_event(last);
-      }
+      choice["text"] = delta.text;
     }
-    chunk += sse_done();
-    done(200);
-    return true;
+    choice["logprobs"] = meta_.logprobs ? logprobs_json(delta.logprobs, offset_before) : Json(nullptr);
+    choice["finish_reason"] = nullptr;
+    chunk += sse_event(chunk_json(std::move(choice)));
   }
-
-  if (meta_.logprobs) append_logprobs(logprobs_, delta.logprobs, offset_before);
-  if (!generation_->finished()) return false;
-  if (!generation_->error().empty()) {
-    response.status = generation_->engine_unavailable() ? 503 : 500;
-    response.body = error_body(response.status, generation_->error());
-    done(response.status);
-    return true;
+  if (!generation.finished() || !generation.error().empty()) return;
+  std::string finish_reason = *generation.finish_reason();
+  if (c.tool_stream) {
+    text::ToolCallText rest = c.tool_stream->finish();
+    Json delta_rest = Json::object();
+    if (!rest.content.empty()) delta_rest["content"] = rest.content;
+    if (!rest.calls.empty()) {
+      delta_rest["tool_calls"] = tool_calls_json(rest.calls, /*streaming=*/true);
+      finish_reason = "tool_calls";
+    }
+    if (!delta_rest.empty()) {
+      chunk += sse_event(chunk_json(
+          {{"index", index}, {"delta", std::move(delta_rest)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+    }
   }
-  Json choice = {{"index", 0}};
-  std::string finish_reason = *generation_->finish_reason();
+  Json choice = {{"index", index}};
   if (chat) {
-    std::string content = text_;
+    choice["delta"] = Json::object();
+  } else {
+    choice["text"] = "";
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason;
+  chunk += sse_event(chunk_json(std::move(choice)));
+  c.ended = true;
+}
+
+Json CompletionResponse::choice_json(size_t index, const Choice& c) const {
+  Json choice = {{"index", index}};
+  std::string finish_reason = *c.generation->finish_reason();
+  if (meta_.kind == CompletionKind::kChat) {
+    std::string content = c.text;
     Json message = {{"role", "assistant"}};
     if (meta_.markup.reasoning) {
-      text::ReasoningText split = text::split_reasoning(*meta_.markup.reasoning, text_);
+      text::ReasoningText split = text::split_reasoning(*meta_.markup.reasoning, c.text);
       message["reasoning_content"] = std::move(split.reasoning);
       content = std::move(split.content);
     }
@@ -233,15 +217,72 @@ bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
     }
     choice["message"] = std::move(message);
   } else {
-    choice["text"] = text_;
+    choice["text"] = c.text;
   }
-  choice["logprobs"] = meta_.logprobs ? logprobs_ : Json(nullptr);
+  choice["logprobs"] = meta_.logprobs ? c.logprobs : Json(nullptr);
   choice["finish_reason"] = finish_reason;
+  return choice;
+}
+
+bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
+  if (done_) return true;
+  bool all_finished = true;
+  const Generation* failed = nullptr;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    if (c.ended) continue;
+    const size_t offset_before = c.text.size();
+    GenerationDelta delta = c.generation->poll();
+    c.text += delta.text;
+    if (meta_.stream) {
+      stream_choice(i, c, std::move(delta), offset_before, chunk);
+    } else if (meta_.logprobs) {
+      append_logprobs(c.logprobs, delta.logprobs, offset_before);
+    }
+    if (!c.generation->finished()) {
+      all_finished = false;
+    } else if (!c.generation->error().empty()) {
+      failed = c.generation.get();
+      break;
+    }
+  }
+  if (failed) {
+    // One choice failed: the answer ends with its error; the others are aborted.
+    const unsigned status = failed->engine_unavailable() ? 503 : 500;
+    const std::string body = error_body(status, failed->error());
+    for (Choice& c : choices_) c.generation->cancel();
+    if (meta_.stream) {
+      chunk += sse_event(Json::parse(body));
+      chunk += sse_done();
+      done(200);
+    } else {
+      response.status = status;
+      response.body = body;
+      done(status);
+    }
+    return true;
+  }
+  if (!all_finished) return false;
+
+  if (meta_.stream) {
+    if (meta_.include_usage) {
+      Json last = chunk_json(nullptr);
+      last["choices"] = Json::array();
+      last["usage"] = usage();
+      chunk += sse_event(last);
+    }
+    chunk += sse_done();
+    done(200);
+    return true;
+  }
+  const bool chat = meta_.kind == CompletionKind::kChat;
+  Json choices = Json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) choices.push_back(choice_json(i, choices_[i]));
   Json body = {{"id", meta_.id},
                {"object", chat ? "chat.completion" : "text_completion"},
                {"created", meta_.created},
                {"model", meta_.model},
-               {"choices", Json::array({std::move(choice)})},
+               {"choices", std::move(choices)},
                {"usage", usage()}};
   response.status = 200;
   response.body = dump_json(body);

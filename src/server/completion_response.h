@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -58,11 +59,15 @@ struct CompletionMeta {
   AnswerMarkup markup;
 };
 
+// One answer of several choices: each choice (n per prompt, prompts in
+// order) is a Generation of its own; the body, or the stream's [DONE], comes
+// once every choice has finished. An error in any choice ends the answer.
 class CompletionResponse : public PendingResponse {
  public:
   // `on_done` runs once, when the answer is complete or cancelled (it releases
-  // the in-flight slot and counts the response).
-  CompletionResponse(CompletionMeta meta, std::unique_ptr<Generation> generation,
+  // the in-flight slot and counts the response). `prompt_tokens`: the
+  // prompts' tokens, each prompt counted once however many choices it has.
+  CompletionResponse(CompletionMeta meta, std::vector<std::unique_ptr<Generation>> generations, int64_t prompt_tokens,
                      std::shared_ptr<Notifier> notifier, std::function<void(unsigned status)> on_done);
   ~CompletionResponse() override;
 
@@ -72,6 +77,22 @@ class CompletionResponse : public PendingResponse {
   void cancel() noexcept override;
 
  private:
+  struct Choice {
+    std::unique_ptr<Generation> generation;
+    std::string text;                // everything so far
+    nlohmann::ordered_json logprobs;  // non-streaming: accumulated
+    std::optional<text::ReasoningStream> reasoning_stream;  // streaming with reasoning: splits it off
+    std::optional<text::ToolCallStream> tool_stream;        // streaming with tools: holds what may be a call
+    bool role_sent = false;
+    bool ended = false;  // streaming: its finish chunk is sent
+  };
+
+  // Streaming: the chunks one poll of choice `index` adds (its finish chunk
+  // once it has finished without an error).
+  void stream_choice(size_t index, Choice& choice, GenerationDelta delta, size_t offset_before, std::string& chunk);
+  // Not streaming: the choice's entry of the body.
+  nlohmann::ordered_json choice_json(size_t index, const Choice& choice) const;
+  nlohmann::ordered_json empty_logprobs() const;
   nlohmann::ordered_json chunk_json(nlohmann::ordered_json choice) const;
   nlohmann::ordered_json usage() const;
   nlohmann::ordered_json logprobs_json(const std::vector<TokenLogprobText>& logprobs, size_t text_offset) const;
@@ -80,15 +101,11 @@ class CompletionResponse : public PendingResponse {
   nlohmann::ordered_json tool_calls_json(const std::vector<text::ToolCall>& calls, bool streaming) const;
 
   CompletionMeta meta_;
-  std::unique_ptr<Generation> generation_;
+  std::vector<Choice> choices_;
+  int64_t prompt_tokens_;
   std::shared_ptr<Notifier> notifier_;
   std::function<void(unsigned)> on_done_;
-  bool role_sent_ = false;
   bool done_ = false;
-  std::string text_;                  // non-streaming: everything so far
-  nlohmann::ordered_json logprobs_;   // non-streaming: accumulated logprobs
-  std::optional<text::ReasoningStream> reasoning_stream_;  // streaming with reasoning: splits it off
-  std::optional<text::ToolCallStream> tool_stream_;  // streaming with tools: holds what may be a call
 };
 
 }  // namespace tessera::server

@@ -91,31 +91,42 @@ HttpResponse ApiServer::chat_completions(const HttpRequest& request, const Servi
   }
   markup.reasoning = ctx.reasoning_format;
   if (markup.reasoning && ctx.reasoning_keeps_special) r.options.skip_special_tokens = false;
-  return start_generation(ctx, CompletionKind::kChat, std::move(ids), r.options, std::move(stop_ids), markup);
+  return start_generation(ctx, CompletionKind::kChat, {std::move(ids)}, r.options, std::move(stop_ids), markup);
 }
 
 HttpResponse ApiServer::completions(const HttpRequest& request, const ServingContext& ctx) {
   CompletionRequest r = parse_completion_request(request.body);
   check_model(r.model, options_.model_name);
-  std::vector<int32_t> ids = std::move(r.prompt_ids);
-  if (r.prompt_text) {
-    log_debug("completion prompt: {}", clip(*r.prompt_text, options_.max_log_len));
-    ids = encode_text(*ctx.tokenizer, *r.prompt_text, /*add_special=*/true, "prompt");
+  std::vector<std::vector<int32_t>> prompts;
+  for (CompletionPrompt& prompt : r.prompts) {
+    if (prompt.text) {
+      log_debug("completion prompt: {}", clip(*prompt.text, options_.max_log_len));
+      prompts.push_back(encode_text(*ctx.tokenizer, *prompt.text, /*add_special=*/true, "prompt"));
+    } else {
+      prompts.push_back(std::move(prompt.ids));
+    }
   }
-  return start_generation(ctx, CompletionKind::kText, std::move(ids), r.options, {});
+  return start_generation(ctx, CompletionKind::kText, std::move(prompts), r.options, {});
 }
 
-HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKind kind, std::vector<int32_t> prompt,
-                                         const GenerationOptions& options, std::vector<int32_t> extra_stop_ids,
-                                         const AnswerMarkup& markup) {
+HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKind kind,
+                                         std::vector<std::vector<int32_t>> prompts, const GenerationOptions& options,
+                                         std::vector<int32_t> extra_stop_ids, const AnswerMarkup& markup) {
   const char* param = kind == CompletionKind::kChat ? "messages" : "prompt";
-  if (prompt.empty()) throw bad_request("the prompt is empty after tokenization", param, "invalid_value");
-  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
-  if (prompt_tokens >= ctx.session_len) {
-    throw bad_request(fmt::format("the prompt has {} tokens, but this server's session length is {} tokens "
-                                  "(prompt and completion together; see --session-len): shorten the prompt",
-                                  prompt_tokens, ctx.session_len),
-                      param, "context_length_exceeded");
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string where = prompts.size() > 1 ? fmt::format(" {}", i) : std::string();
+    if (prompts[i].empty()) {
+      throw bad_request(fmt::format("the prompt{} is empty after tokenization", where), param, "invalid_value");
+    }
+    const int64_t tokens = static_cast<int64_t>(prompts[i].size());
+    if (tokens >= ctx.session_len) {
+      throw bad_request(fmt::format("the prompt{} has {} tokens, but this server's session length is {} tokens "
+                                    "(prompt and completion together; see --session-len): shorten the prompt",
+                                    where, tokens, ctx.session_len),
+                        param, "context_length_exceeded");
+    }
+    prompt_tokens += tokens;
   }
   if (options_.max_concurrent_requests > 0 && in_flight_.load() >= options_.max_concurrent_requests) {
     throw ApiError(429, fmt::format("the server is busy: {} requests in flight (--max-concurrent-requests)",
@@ -123,25 +134,36 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
                    "rate_limit_error", std::nullopt, "too_many_requests");
   }
 
-  engine::Request request;
-  request.prompt = std::move(prompt);
-  request.sampling = options.sampling;
-  request.stop_ids = options.stop_token_ids;
-  request.stop_ids.insert(request.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
-  if (options.max_tokens) request.max_tokens = *options.max_tokens;
-  request.min_tokens = options.min_tokens;
-  request.ignore_eos = options.ignore_eos;
-  request.logprobs = options.logprobs;
-  request.top_logprobs = options.top_logprobs;
-  const engine::Clock::time_point arrival = request.arrival;
-
+  // One engine request a choice, n per prompt, each with a seed of its own so
+  // that the choices differ (and a seeded request repeats all of them). A
+  // Generation owns its engine request from here: should a later submit
+  // fail, the ones before are aborted as the vector unwinds.
   auto notifier = std::make_shared<Notifier>();
-  std::shared_ptr<engine::RequestStream> stream;
-  try {
-    stream = ctx.engine->submit(std::move(request), [notifier] { notifier->notify(); });
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::kInvalidArgument) throw;
-    throw bad_request(e.message(), std::nullopt, "invalid_value");
+  std::vector<std::unique_ptr<Generation>> generations;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    for (int32_t j = 0; j < options.n; ++j) {
+      engine::Request request;
+      request.prompt = prompt;
+      request.sampling = options.sampling;
+      request.sampling.seed += static_cast<uint64_t>(j);
+      request.stop_ids = options.stop_token_ids;
+      request.stop_ids.insert(request.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
+      if (options.max_tokens) request.max_tokens = *options.max_tokens;
+      request.min_tokens = options.min_tokens;
+      request.ignore_eos = options.ignore_eos;
+      request.logprobs = options.logprobs;
+      request.top_logprobs = options.top_logprobs;
+      const engine::Clock::time_point arrival = request.arrival;
+      std::shared_ptr<engine::RequestStream> stream;
+      try {
+        stream = ctx.engine->submit(std::move(request), [notifier] { notifier->notify(); });
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kInvalidArgument) throw;
+        throw bad_request(e.message(), std::nullopt, "invalid_value");
+      }
+      generations.push_back(std::make_unique<Generation>(*ctx.engine, *ctx.tokenizer, metrics_, stream, options,
+                                                         static_cast<int64_t>(prompt.size()), arrival));
+    }
   }
 
   const std::string route = kind == CompletionKind::kChat ? "/v1/chat/completions" : "/v1/completions";
@@ -155,12 +177,10 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
   meta.include_usage = options.include_usage;
   meta.logprobs = options.logprobs;
   meta.markup = markup;
-  auto generation = std::make_unique<Generation>(*ctx.engine, *ctx.tokenizer, metrics_, stream, options, prompt_tokens,
-                                                 arrival);
   ++in_flight_;
   HttpResponse response;
   response.pending = std::make_shared<CompletionResponse>(
-      std::move(meta), std::move(generation), std::move(notifier), [this, route](unsigned status) {
+      std::move(meta), std::move(generations), prompt_tokens, std::move(notifier), [this, route](unsigned status) {
         --in_flight_;
         metrics_.count_response(route, status);
       });

@@ -207,9 +207,7 @@ GenerationOptions parse_generation_options(const Json& body, bool chat) {
     if (!options->is_object()) throw Fields::wrong_type("stream_options", "an object", *options);
     o.include_usage = Fields(*options).boolean("include_usage").value_or(false);
   }
-  if (f.integer("n", 1, 128).value_or(1) != 1) {
-    throw bad_request("'n' greater than 1 is not supported yet; send n separate requests", "n", "unsupported_value");
-  }
+  o.n = static_cast<int32_t>(f.integer("n", 1, kMaxChoices).value_or(1));
   if (const Json* bias = f.find("logit_bias"); bias && !bias->is_null()) {
     parse_logit_bias(*bias, o.sampling);
   }
@@ -348,22 +346,37 @@ CompletionRequest parse_completion_request(std::string_view body_text) {
   r.model = required_model(f);
   const Json* prompt = f.find("prompt");
   if (!prompt) throw bad_request("'prompt' is required", "prompt", "missing_required_parameter");
-  const char* kShapes = "'prompt' must be a string, a list of token ids, or a list of one of those";
-  const Json* one = prompt;
-  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    one = &(*prompt)[0];
-  } else if (prompt->is_array() && prompt->size() > 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    throw bad_request("more than one prompt per request is not supported yet; send one request each", "prompt",
-                      "unsupported_value");
-  }
-  if (one->is_string()) {
-    r.prompt_text = one->get<std::string>();
-  } else if (one->is_array() && !one->empty()) {
-    r.prompt_ids = token_ids(*one, "prompt");
+  const char* kShapes = "'prompt' must be a string, a list of token ids, or a list of either (one prompt each)";
+  // A list of strings or of id lists is several prompts; a list of numbers is one.
+  const bool several = prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array());
+  std::vector<const Json*> items;
+  if (several) {
+    for (const Json& item : *prompt) items.push_back(&item);
   } else {
-    throw bad_request(kShapes, "prompt", one->is_array() ? "invalid_value" : "invalid_type");
+    items.push_back(prompt);
+  }
+  if (static_cast<int64_t>(items.size()) > kMaxChoices) {
+    throw bad_request(fmt::format("at most {} prompts in one request", kMaxChoices), "prompt", "invalid_value");
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Json& one = *items[i];
+    const std::string param = several ? fmt::format("prompt[{}]", i) : std::string("prompt");
+    CompletionPrompt p;
+    if (one.is_string() && (!several || (*prompt)[0].is_string())) {
+      p.text = one.get<std::string>();
+    } else if (one.is_array() && !one.empty() && (!several || (*prompt)[0].is_array())) {
+      p.ids = token_ids(one, param);
+    } else {
+      throw bad_request(kShapes, param, one.is_array() || one.is_string() ? "invalid_value" : "invalid_type");
+    }
+    r.prompts.push_back(std::move(p));
   }
   r.options = parse_generation_options(body, /*chat=*/false);
+  if (static_cast<int64_t>(r.prompts.size()) * r.options.n > kMaxChoices) {
+    throw bad_request(fmt::format("{} prompts with n = {} make more than {} choices: send fewer in one request",
+                                  r.prompts.size(), r.options.n, kMaxChoices),
+                      "n", "invalid_value");
+  }
   if (std::optional<int64_t> logprobs = f.integer("logprobs", 0, 20)) {
     r.options.logprobs = true;
     r.options.top_logprobs = static_cast<int32_t>(*logprobs);

@@ -3,8 +3,8 @@
 // Parsing validates types and ranges and throws ApiError(400) naming the
 // field ("param") for anything wrong, so handlers only see valid values.
 // Unknown fields are ignored, as LMDeploy and vLLM do; fields whose meaning
-// tessera cannot honour yet (n > 1, echo, best_of > 1, tool_choice
-// "required") are refused with a message rather than silently ignored.
+// tessera cannot honour yet (echo, best_of > 1, tool_choice "required") are
+// refused with a message rather than silently ignored.
 //
 // Defaults follow LMDeploy's api_server (temperature 0.7, top_p 1.0, top_k 40;
 // max_tokens 16 for /v1/completions as OpenAI has it, none for chat), so a
@@ -38,7 +38,11 @@ struct GenerationOptions {
   int32_t top_logprobs = 0;             // 0..20
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
+  int32_t n = 1;                        // choices per prompt (1..kMaxChoices), each sampled with its own seed
 };
+
+// At most this many choices in one request (n times the prompts).
+inline constexpr int64_t kMaxChoices = 128;
 
 struct ChatCompletionRequest {
   std::string model;
@@ -50,10 +54,15 @@ struct ChatCompletionRequest {
   GenerationOptions options;
 };
 
+// One prompt of /v1/completions: text, or token ids.
+struct CompletionPrompt {
+  std::optional<std::string> text;  // one of the two
+  std::vector<int32_t> ids;
+};
+
 struct CompletionRequest {
   std::string model;
-  std::optional<std::string> prompt_text;  // one of the two
-  std::vector<int32_t> prompt_ids;
+  std::vector<CompletionPrompt> prompts;  // at least one; choices come in this order, n each
   GenerationOptions options;
 };
 

@@ -197,3 +197,50 @@ def test_64_concurrent_streams_all_complete_in_order(client):
     # The same request alone gives the same text: batching changed nothing.
     again = one(5)
     assert again[0] == results[5][0]
+
+
+def sample(client, n, seed, **kwargs):
+    return client.chat.completions.create(model="demo", messages=MESSAGES, max_tokens=12, temperature=1.0, seed=seed,
+                                          n=n, extra_body={"ignore_eos": True}, **kwargs)
+
+
+def test_n_choices_are_the_requests_with_the_following_seeds(client):
+    r = sample(client, 3, seed=40)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    texts = [c.message.content for c in r.choices]
+    # Choice j is what the same request with seed + j gives alone.
+    alone = [sample(client, 1, seed=40 + j) for j in range(3)]
+    assert texts == [a.choices[0].message.content for a in alone]
+    assert len(set(texts)) > 1, "three samples at temperature 1 came out the same"
+    # The prompt counts once, the completions of every choice add up.
+    assert r.usage.prompt_tokens == alone[0].usage.prompt_tokens
+    assert r.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone) == 36
+
+
+def test_n_choices_streamed_equal_the_whole_answer(client):
+    whole = sample(client, 2, seed=7)
+    texts, finishes, roles = {}, {}, set()
+    for chunk in sample(client, 2, seed=7, stream=True, stream_options={"include_usage": True}):
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+            if c.delta.role:
+                roles.add(c.index)
+            if c.finish_reason:
+                finishes[c.index] = c.finish_reason
+        if chunk.usage:
+            assert chunk.usage.completion_tokens == whole.usage.completion_tokens
+    assert texts == {c.index: c.message.content for c in whole.choices}
+    assert finishes == {0: "length", 1: "length"} and roles == {0, 1}
+
+
+def test_several_prompts_in_one_completion_request(client):
+    prompts = ["Once upon a time", "The dog"]
+    r = client.completions.create(model="demo", prompt=prompts, n=2, max_tokens=6, temperature=0.9, seed=3,
+                                  extra_body={"ignore_eos": True})
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    singles = [client.completions.create(model="demo", prompt=p, max_tokens=6, temperature=0.9, seed=3 + j,
+                                         extra_body={"ignore_eos": True}) for p in prompts for j in range(2)]
+    # Prompt-major order: prompt i's choice j is index 2 i + j.
+    assert [c.text for c in r.choices] == [s.choices[0].text for s in singles]
+    assert r.usage.prompt_tokens == singles[0].usage.prompt_tokens + singles[2].usage.prompt_tokens
+    assert r.usage.completion_tokens == 24

@@ -50,7 +50,7 @@ BAD_CHAT_BODIES = [
     {"messages": CHAT["messages"]}, {"model": 5, "messages": CHAT["messages"]},
     dict(CHAT, max_tokens=-1), dict(CHAT, max_tokens=0), dict(CHAT, max_tokens="10"), dict(CHAT, max_tokens=1e40),
     dict(CHAT, max_tokens=10**30), dict(CHAT, temperature=-1), dict(CHAT, temperature="hot"),
-    dict(CHAT, top_p=0), dict(CHAT, top_p=2), dict(CHAT, top_k=-5), dict(CHAT, n=3), dict(CHAT, stream="yes"),
+    dict(CHAT, top_p=0), dict(CHAT, top_p=2), dict(CHAT, top_k=-5), dict(CHAT, n=129), dict(CHAT, stream="yes"),
     dict(CHAT, stop=7), dict(CHAT, stop=[None]), dict(CHAT, stop_token_ids=[-3]), dict(CHAT, stop_token_ids=[2**40]),
     dict(CHAT, seed="x"), dict(CHAT, logprobs=True, top_logprobs=50), dict(CHAT, top_logprobs=3),
     dict(CHAT, repetition_penalty=0), dict(CHAT, min_p=3), dict(CHAT, presence_penalty=10),
@@ -67,7 +67,8 @@ def test_bad_chat_bodies_get_400_with_an_error_body(server, body):
 
 @pytest.mark.parametrize("body", [
     {"model": "demo"}, {"model": "demo", "prompt": 5}, {"model": "demo", "prompt": []},
-    {"model": "demo", "prompt": [1, -1]}, {"model": "demo", "prompt": [100000]}, {"model": "demo", "prompt": ["a", "b"]},
+    {"model": "demo", "prompt": [1, -1]}, {"model": "demo", "prompt": [100000]}, {"model": "demo", "prompt": ["a", 5]},
+    {"model": "demo", "prompt": ["a", "x " * 5000]},
     {"model": "demo", "prompt": "x", "logprobs": 50}, {"model": "demo", "prompt": "x", "echo": True},
     {"model": "demo", "prompt": "x " * 5000},
 ])

@@ -135,7 +135,7 @@ TEST(serverSchema, OutOfRangeValuesAre400) {
                             R"("max_tokens": 0)", R"("max_tokens": -5)", R"("max_tokens": 1e300)",
                             R"("max_tokens": 99999999999999999999999)", R"("presence_penalty": 3)",
                             R"("min_p": 2)", R"("repetition_penalty": 0)", R"("top_logprobs": 21)",
-                            R"("top_logprobs": 2)", R"("n": 0)", R"("n": 2)", R"("top_k": -2)",
+                            R"("top_logprobs": 2)", R"("n": 0)", R"("n": 129)", R"("top_k": -2)",
                             R"("logit_bias": {"1": 101})", R"("logit_bias": {"1x": 5})",
                             R"("logit_bias": {"": 5})", R"("logit_bias": [1])",
                             R"("response_format": {"type": "json_object"})"}) {
@@ -156,22 +156,34 @@ TEST(serverSchema, MessagesAreChecked) {
 }
 
 TEST(serverSchema, CompletionPromptShapes) {
+  auto prompts = [](const char* body) { return parse_completion_request(body).prompts; };
   CompletionRequest text = parse_completion_request(R"({"model": "m", "prompt": "Once"})");
-  EXPECT_EQ(text.prompt_text, "Once");
+  ASSERT_EQ(text.prompts.size(), 1u);
+  EXPECT_EQ(text.prompts[0].text, "Once");
   EXPECT_EQ(text.options.max_tokens, 16);  // OpenAI's and LMDeploy's default for completions
-  EXPECT_EQ(parse_completion_request(R"({"model": "m", "prompt": ["Once"]})").prompt_text, "Once");
-  EXPECT_EQ(parse_completion_request(R"({"model": "m", "prompt": [1, 2, 3]})").prompt_ids,
-            (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(parse_completion_request(R"({"model": "m", "prompt": [[4, 5]]})").prompt_ids,
-            (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(prompts(R"({"model": "m", "prompt": ["Once"]})").at(0).text, "Once");
+  EXPECT_EQ(prompts(R"({"model": "m", "prompt": [1, 2, 3]})").at(0).ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(prompts(R"({"model": "m", "prompt": [[4, 5]]})").at(0).ids, (std::vector<int32_t>{4, 5}));
+  // Several prompts: a list of strings, or of id lists, in order.
+  const auto texts = prompts(R"({"model": "m", "prompt": ["a", "b", "c"]})");
+  ASSERT_EQ(texts.size(), 3u);
+  EXPECT_EQ(texts[2].text, "c");
+  const auto id_lists = prompts(R"({"model": "m", "prompt": [[1], [2, 3]]})");
+  ASSERT_EQ(id_lists.size(), 2u);
+  EXPECT_EQ(id_lists[1].ids, (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(parse_completion_request(R"({"model": "m", "prompt": "x", "n": 4})").options.n, 4);
   CompletionRequest lp = parse_completion_request(R"({"model": "m", "prompt": "x", "logprobs": 3})");
   EXPECT_TRUE(lp.options.logprobs);
   EXPECT_EQ(lp.options.top_logprobs, 3);
   for (const char* body : {R"({"model": "m"})", R"({"model": "m", "prompt": 5})", R"({"model": "m", "prompt": []})",
-                           R"({"model": "m", "prompt": ["a", "b"]})", R"({"model": "m", "prompt": [1, "a"]})",
+                           R"({"model": "m", "prompt": ["a", [1]]})", R"({"model": "m", "prompt": [[1], "a"]})",
+                           R"({"model": "m", "prompt": [[1], []]})", R"({"model": "m", "prompt": ["a", 5]})",
+                           R"({"model": "m", "prompt": [1, "a"]})",
                            R"({"model": "m", "prompt": [1.5]})", R"({"model": "m", "prompt": "x", "echo": true})",
                            R"({"model": "m", "prompt": "x", "logprobs": true})",
-                           R"({"model": "m", "prompt": "x", "best_of": 3})"}) {
+                           R"({"model": "m", "prompt": "x", "best_of": 3})",
+                           R"({"model": "m", "prompt": ["a", "b", "c"], "n": 50})",
+                           R"({"model": "m", "prompt": "x", "n": 129})"}) {
     EXPECT_EQ(refusal(completion, body).first, 400u) << body;
   }
 }
