@@ -176,6 +176,24 @@ def test_mistral_call_and_its_round_trip_through_the_template(tessera_bin, testd
         assert s.stop() == 0
 
 
+def test_llama3_bare_json_call_through_its_own_template(tessera_bin, testdata, tmp_path):
+    pieces = [('{"name": "get_weather", ', False), ('"parameters": {"city": "Paris"}}', False), ("<|eot_id|>", True)]
+    others = [(t, True) for t in ("<|start_header_id|>", "<|end_header_id|>", "<|python_tag|>", "<|eom_id|>")]
+    template = (testdata / "chat_templates" / "meta-llama-Llama-3.1-8B-Instruct.jinja").read_text()
+    model = scripted_model(tessera_bin, tmp_path, pieces, others, chat_template=template)
+    s = Server(tessera_bin, model, tmp_path / "server.log")
+    try:
+        assert "answers are read in llama3 markup" in s.read_log()
+        choice = chat(s, messages=WEATHER, tools=TOOLS).choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        assert json.loads(choice.message.tool_calls[0].function.arguments) == {"city": "Paris"}
+        # Streamed, the bare JSON is held from its first brace: no content goes out.
+        content, calls, finish = streamed(s, messages=WEATHER, tools=TOOLS)
+        assert (content, finish, calls[0]["name"]) == ("", "tool_calls", "get_weather")
+    finally:
+        assert s.stop() == 0
+
+
 @pytest.mark.parametrize("body, param, words", [
     ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice", "not supported"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "'nope'"),
