@@ -1,7 +1,7 @@
 // libFuzzer target for the text layer. The first input byte picks what the
 // rest feeds (tests/fuzz/text_targets.h): encode or decode of one tokenizer
 // (the demo tokenizer, and InternLM2, Llama 2 and Qwen2 when the shared test
-// data is present), the stop-string matcher, or the Jinja parser and
+// data is present), the stop-string matcher, tool-call and reasoning markup, or the Jinja parser and
 // interpreter. Built with clang only (-DTESSERA_FUZZ=ON); see
 // tests/fuzz/CMakeLists.txt for how to run it.
 #include <cstddef>
@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace fuzz = tessera::text::fuzz;
   const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
   const auto& all = tokenizers();
-  const size_t choice = data[0] % (2 * all.size() + 2);
+  const size_t choice = data[0] % (2 * all.size() + 3);
   if (choice < all.size()) {
     fuzz::encode_bytes(*all[choice], input);
   } else if (choice < 2 * all.size()) {
@@ -48,6 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::decode_ids(tokenizer, fuzz::ids_from_bytes(tokenizer, input));
   } else if (choice == 2 * all.size()) {
     fuzz::stop_strings(input);
+  } else if (choice == 2 * all.size() + 1) {
+    fuzz::answer_markup(input);
   } else {
     fuzz::render_template(input);
   }

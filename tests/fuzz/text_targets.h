@@ -23,8 +23,10 @@
 #include "core/error.h"
 #include "text/chat_template.h"
 #include "text/incremental_detokenizer.h"
+#include "text/reasoning.h"
 #include "text/stop_strings.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls.h"
 #include "text/utf8.h"
 
 namespace tessera::text::fuzz {
@@ -143,6 +145,56 @@ inline void stop_strings(std::string_view bytes) {
     check(text.compare(0, out.size(), out) == 0, "output is not a prefix of the text");
     check(text.compare(out.size(), stop.size(), stop) == 0, "the stop string does not follow the output");
   }
+}
+
+// An answer's markup: the first byte picks the tool-call format, the rest is
+// the answer, cut into streamed chunks at 0x01. Tool calls: the streamed
+// content is always a prefix of the text, and content plus calls at the end
+// equal the whole-answer parse, whose content is the text itself when there
+// are no calls and a prefix of it otherwise. Reasoning: streamed equals split.
+inline void answer_markup(std::string_view bytes) {
+  if (bytes.empty()) return;
+  const auto format = static_cast<ToolCallFormat>(static_cast<unsigned char>(bytes[0]) % 4);
+  std::vector<std::string> chunks(1);
+  for (const char c : bytes.substr(1)) {
+    if (c == '\1') {
+      chunks.emplace_back();
+    } else {
+      chunks.back().push_back(c);
+    }
+  }
+  std::string text;
+  for (const std::string& chunk : chunks) text += chunk;
+
+  const ToolCallText whole = parse_tool_calls(format, text);
+  check(whole.calls.empty() ? whole.content == text : text.starts_with(whole.content), "parsed content");
+  for (const ToolCall& call : whole.calls) check(!call.name.empty(), "a call without a name");
+  ToolCallStream calls(format);
+  std::string content;
+  for (const std::string& chunk : chunks) {
+    content += calls.feed(chunk);
+    check(text.starts_with(content), "streamed content is not a prefix of the answer");
+  }
+  const ToolCallText rest = calls.finish();
+  content += rest.content;
+  check(content == whole.content, "streamed content differs from the whole parse");
+  check(rest.calls.size() == whole.calls.size(), "streamed calls differ from the whole parse");
+  for (size_t i = 0; i < rest.calls.size(); ++i) {
+    check(rest.calls[i].name == whole.calls[i].name && rest.calls[i].arguments == whole.calls[i].arguments,
+          "a streamed call differs from the whole parse");
+  }
+
+  const ReasoningText split = split_reasoning(ReasoningFormat::kThinkTags, text);
+  ReasoningStream thinking(ReasoningFormat::kThinkTags);
+  ReasoningText streamed;
+  for (const std::string& chunk : chunks) {
+    const ReasoningText piece = thinking.feed(chunk);
+    streamed.reasoning += piece.reasoning;
+    streamed.content += piece.content;
+  }
+  const ReasoningText last = thinking.finish();
+  check(streamed.reasoning + last.reasoning == split.reasoning, "streamed reasoning differs from the split");
+  check(streamed.content + last.content == split.content, "streamed content differs from the split");
 }
 
 // Jinja: compile the bytes as a template and render a short conversation.

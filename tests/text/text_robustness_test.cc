@@ -120,6 +120,67 @@ TEST(textRobustness, DecodeAndStreamingSurviveRandomIds) {
   }
 }
 
+// Answers as each format writes its calls (one to three, after some
+// content), a third of them damaged (cut short, or a piece of markup put in
+// anywhere), and answers of random markup pieces; all cut into chunks (0x01)
+// at random places.
+std::string random_answer(std::mt19937& rng, ToolCallFormat format) {
+  static const std::vector<std::string> pieces = {
+      "<|action_start|>", "<|plugin|>", "<|action_end|>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]",
+      "<|python_tag|>", "<think>", "</think>", "{", "}", "[", "]", "\"name\"", ": ", ", ", "\"", "\\", ";", " ",
+      "\n", "x", "\xe8\xae\xb2", "<", "<|"};
+  static const std::vector<std::string> arguments = {"{}", "{\"x\": 1}", "{\"q\": \"}{\\\"\", \"l\": [1, {}]}",
+                                                     "\"{\\\"a\\\": 1}\"", "null"};
+  const auto pick = [&](const std::vector<std::string>& from) { return from[rng() % from.size()]; };
+  std::string out;
+  if (rng() % 2) {
+    for (size_t n = rng() % 20; n > 0; --n) out += pick(pieces);
+  } else {
+    if (format != ToolCallFormat::kLlama3 || rng() % 2) {
+      for (size_t n = rng() % 3; n > 0; --n) out += pick({"Sure.", " ", "\n", "<thi", "</think>", "\xe8\xae\xb2"});
+    }
+    const size_t calls = 1 + rng() % 3;
+    if (format == ToolCallFormat::kLlama3 && rng() % 2) out += "<|python_tag|>";
+    if (format == ToolCallFormat::kMistral) out += "[TOOL_CALLS][";
+    for (size_t i = 0; i < calls; ++i) {
+      const std::string call = "{\"name\": \"" + pick({"f", "get_weather", "\xe8\xae\xb2"}) + "\", \"" +
+                               pick({"arguments", "parameters"}) + "\": " + pick(arguments) + "}";
+      switch (format) {
+        case ToolCallFormat::kInternLM: out += "<|action_start|><|plugin|>\n" + call + "<|action_end|>"; break;
+        case ToolCallFormat::kQwen: out += "<tool_call>\n" + call + "\n</tool_call>\n"; break;
+        case ToolCallFormat::kLlama3: out += (i ? "; " : "") + call; break;
+        case ToolCallFormat::kMistral: out += (i ? ", " : "") + call; break;
+      }
+    }
+    if (format == ToolCallFormat::kMistral) out += "]";
+    if (rng() % 3 == 0) {
+      const size_t at = rng() % (out.size() + 1);
+      out = rng() % 2 ? out.substr(0, at) : out.substr(0, at) + pick(pieces) + out.substr(at);
+    }
+  }
+  for (size_t cuts = rng() % 6; cuts > 0; --cuts) out.insert(rng() % (out.size() + 1), "\1");
+  return out;
+}
+
+TEST(textRobustness, AnswerMarkupSurvivesRandomAnswers) {
+  std::mt19937 rng(404);
+  int with_calls = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const auto format = static_cast<ToolCallFormat>(i % 4);
+    std::string input = std::string(1, static_cast<char>(i % 4)) + random_answer(rng, format);
+    if (i % 20 == 0) input = random_bytes(rng, 80);
+    expect_survives("answer markup", input, [&] { fuzz::answer_markup(input); });
+    if (input.empty()) continue;
+    std::string text = input.substr(1);
+    std::erase(text, '\1');
+    if (!parse_tool_calls(static_cast<ToolCallFormat>(static_cast<unsigned char>(input[0]) % 4), text).calls.empty()) {
+      ++with_calls;
+    }
+  }
+  // Well-formed calls come up often enough for the streamed-equals-whole property to bite.
+  EXPECT_GT(with_calls, 4000);
+}
+
 TEST(textRobustness, StopStringsSurviveRandomText) {
   std::mt19937 rng(303);
   const std::string alphabet = std::string("ab<|>\xe8\xae\xb2\xc3\xa9", 10) + std::string("\0\1\0\1", 4);
