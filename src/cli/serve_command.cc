@@ -50,6 +50,7 @@ struct ServeArgs {
   int read_timeout_seconds = 60;
   std::string tool_call_parser;  // empty: the format whose markers the vocabulary has
   std::string reasoning_parser;  // empty: none
+  bool allow_terminate_by_client = false;
   bool ignored_flag = false;
 };
 
@@ -219,6 +220,8 @@ int run_serve(const ServeArgs& a) {
   api_options.cors = {a.allow_origins, a.allow_credentials, a.allow_methods, a.allow_headers};
   api_options.max_concurrent_requests = a.max_concurrent_requests;
   api_options.max_log_len = static_cast<size_t>(a.max_log_len);
+  // GET /terminate takes the SIGTERM path: the signal thread drains and stops.
+  if (a.allow_terminate_by_client) api_options.terminate = [] { ::kill(::getpid(), SIGTERM); };
   server::ApiServer api(api_options);
 
   server::HttpServerOptions http_options;
@@ -318,6 +321,8 @@ void add_serve_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--tool-call-parser", a->tool_call_parser,
                   "the markup tool calls are read from: " + text::tool_call_format_names() +
                       " (default: the one whose tokens the vocabulary has)");
+  cmd->add_flag("--allow-terminate-by-client", a->allow_terminate_by_client,
+                "GET /terminate shuts the server down as SIGTERM does");
   cmd->add_option("--reasoning-parser", a->reasoning_parser,
                   "split chat answers' thinking into reasoning_content: " + text::reasoning_format_names() +
                       " (default: none)");

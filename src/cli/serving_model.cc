@@ -33,6 +33,13 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
   cmd->add_option("--tp", a.tp, "tensor-parallel GPUs")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--disable-custom-all-reduce", a.disable_custom_all_reduce,
                 "NCCL for every collective, even where every pair of GPUs has peer access");
+  // LMDeploy's name for the same choice: nccl is --disable-custom-all-reduce; native and cuda-ipc (its
+  // peer-to-peer all-reduce) are the default, the custom all-reduce where every pair has peer access.
+  cmd->add_option_function<std::string>(
+         "--communicator", [&a](const std::string& value) { if (value == "nccl") a.disable_custom_all_reduce = true; },
+         "nccl (NCCL for every collective), native or cuda-ipc (the default: the custom all-reduce where every pair "
+         "of GPUs has peer access, NCCL otherwise)")
+      ->check(CLI::IsMember({"nccl", "native", "cuda-ipc"}));
   cmd->add_option("--session-len", a.session_len, "tokens per session, prompt and output (default: the model's context)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-batch-size", a.max_batch_size, "sequences per step (default: 256 on a GPU, 64 on the CPU)")

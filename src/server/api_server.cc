@@ -50,7 +50,8 @@ struct Route {
 };
 constexpr Route kRoutes[] = {{"/health", "GET"},          {"/metrics", "GET"},
                              {"/v1/models", "GET"},       {"/v1/chat/completions", "POST"},
-                             {"/v1/completions", "POST"}, {"/v1/encode", "POST"}};
+                             {"/v1/completions", "POST"}, {"/v1/encode", "POST"},
+                             {"/terminate", "GET"}};
 
 // POST bodies are JSON: a body declared as something else (a form, text) gets 415, as a
 // FastAPI server answers it with an error rather than guessing. No Content-Type at all is read as JSON.
@@ -143,6 +144,7 @@ HttpResponse ApiServer::route(const HttpRequest& request, const std::string& rou
                    "invalid_request_error", std::nullopt, "invalid_api_key");
   }
   if (route == "/v1/models") return models();
+  if (route == "/terminate") return terminate();
   if (draining_) throw ApiError(503, "the server is shutting down", "service_unavailable");
   std::shared_ptr<const ServingContext> ctx = context();
   if (!ctx) throw ApiError(503, "the model is still loading; retry when /health says ready", "service_unavailable");
@@ -154,6 +156,18 @@ HttpResponse ApiServer::route(const HttpRequest& request, const std::string& rou
   if (route == "/v1/chat/completions") return chat_completions(request, *ctx);
   if (route == "/v1/completions") return completions(request, *ctx);
   return encode(request, *ctx);
+}
+
+// LMDeploy's GET /terminate: with --allow-terminate-by-client, the server
+// shuts down as on SIGTERM (requests in flight finish); otherwise 400.
+HttpResponse ApiServer::terminate() {
+  if (!options_.terminate) {
+    throw ApiError(400, "this server cannot be terminated by a client: start it with --allow-terminate-by-client",
+                   "invalid_request_error");
+  }
+  log_info("GET /terminate: shutting down as on SIGTERM");
+  options_.terminate();
+  return HttpResponse{};
 }
 
 HttpResponse ApiServer::health() const {

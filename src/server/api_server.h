@@ -6,6 +6,7 @@
 //   POST /v1/chat/completions  chat template → tokens → engine; JSON or SSE
 //   POST /v1/completions       prompt text or ids → engine; JSON or SSE
 //   POST /v1/encode            LMDeploy's tokenizer endpoint
+//   GET  /terminate            LMDeploy's: shut down as on SIGTERM (with --allow-terminate-by-client)
 // With API keys configured, every /v1 route needs "Authorization: Bearer KEY".
 // CORS headers follow the configured origins, methods and headers.
 //
@@ -49,6 +50,8 @@ struct ApiOptions {
   CorsOptions cors;
   int64_t max_concurrent_requests = 0;   // generation requests at once; 0: no limit (beyond that: 429)
   size_t max_log_len = 0;                // prompt characters in debug logs; 0: all
+  // GET /terminate calls this (--allow-terminate-by-client); unset: refused with 400.
+  std::function<void()> terminate;
 };
 
 // What the routes need once the model is loaded. The references must outlive
@@ -89,6 +92,7 @@ class ApiServer {
  private:
   HttpResponse route(const HttpRequest& request, const std::string& route);
   HttpResponse health() const;
+  HttpResponse terminate();
   HttpResponse models() const;
   HttpResponse render_metrics() const;
   HttpResponse chat_completions(const HttpRequest& request, const ServingContext& context);

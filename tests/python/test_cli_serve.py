@@ -33,6 +33,7 @@ def serve(binary, *args):
     (["--cache-max-entry-count", "-1"], "cache-max-entry-count"),
     (["--quant-policy", "3"], "quant-policy"),
     (["--max-batch-size", "zero"], "max-batch-size"),
+    (["--communicator", "mpi"], "--communicator"),
 ])
 def test_bad_flags_are_usage_errors_naming_the_problem(tessera_bin, demo_dir, args, message):
     r = serve(tessera_bin, demo_dir, *args)
@@ -58,6 +59,24 @@ def test_what_is_not_supported_yet_is_refused_with_a_hint(tessera_bin, demo_dir,
     assert r.returncode != 0
     assert message in r.stderr, r.stderr
     assert "hint:" in r.stderr
+
+
+def test_terminate_by_client_only_when_allowed(tessera_bin, demo_dir, tmp_path):
+    refused = Server(tessera_bin, demo_dir, tmp_path / "refused.log")
+    try:
+        r = requests.get(refused.url + "/terminate", timeout=10)
+        assert r.status_code == 400 and "--allow-terminate-by-client" in r.json()["error"]["message"]
+        assert requests.get(refused.url + "/health", timeout=10).status_code == 200
+    finally:
+        assert refused.stop() == 0
+    # LMDeploy's --communicator nccl is accepted (as --disable-custom-all-reduce) alongside.
+    allowed = Server(tessera_bin, demo_dir, tmp_path / "allowed.log", "--allow-terminate-by-client",
+                     "--communicator", "nccl")
+    assert requests.get(allowed.url + "/terminate", timeout=10).status_code == 200
+    # It shuts down as on SIGTERM: drained, exit status 0, without a signal from outside.
+    assert allowed.proc.wait(timeout=30) == 0
+    assert "GET /terminate: shutting down" in allowed.read_log()
+    allowed.stop()
 
 
 def test_a_port_in_use_is_a_clear_error(tessera_bin, demo_dir, tmp_path):
