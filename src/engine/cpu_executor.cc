@@ -25,7 +25,8 @@ model::ForwardBatch make_forward_batch(const StepPlan& plan) {
       attention.positions.push_back(c.start_position + static_cast<int32_t>(i));
     }
     attention.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
-    if (c.sample) batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
+    const auto end = static_cast<int32_t>(batch.token_ids.size());
+    for (int32_t row = end - static_cast<int32_t>(c.num_logit_rows()); row < end; ++row) batch.logit_rows.push_back(row);
     std::vector<int32_t> row = c.block_table;
     row.resize(max_blocks, 0);
     attention.block_tables.insert(attention.block_tables.end(), row.begin(), row.end());

@@ -139,6 +139,13 @@ void Engine::step() {
       plan.device_sampling = device_sampling_batch(plan, scheduler_, executor_->vocab_size());
     }
     StepOutput output = executor_->execute(plan);
+    for (PromptLogprobs& p : prompt_logprobs_step(plan, output, scheduler_)) {
+      if (auto it = streams_.find(p.id); it != streams_.end()) {
+        TokenEvent event;
+        event.prompt_logprobs = std::move(p.tokens);
+        it->second->push(std::move(event));
+      }
+    }
     updates = scheduler_.update(plan, sample_step(plan, output, scheduler_));
   } catch (const Error& e) {
     fail_step(plan, e.kind(), describe(e));

@@ -32,6 +32,7 @@ void validate(const Request& r, int64_t session_len, int64_t vocab_size) {
   if (r.max_tokens < 1) fail("max_tokens must be at least 1", "");
   if (r.min_tokens < 0) fail("min_tokens must be >= 0", "");
   if (r.top_logprobs < 0 || r.top_logprobs > 20) fail("top_logprobs must be in [0, 20]", "");
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > 20) fail("prompt_logprobs must be in [0, 20], or -1 for none", "");
   validate(r.sampling);
   for (const auto& [id, bias] : r.sampling.logit_bias) {
     if (id >= vocab_size) {

@@ -34,6 +34,11 @@ struct Request {
   bool ignore_eos = false;                 // eos ids neither stop nor are masked
   bool logprobs = false;                   // report each sampled token's logprob
   int32_t top_logprobs = 0;                // and this many alternatives (0..20)
+  // >= 0: report the model's logprob of each prompt token after the first
+  // (the raw distribution, before any sampling parameter) with this many
+  // alternatives (0..20); such a request's prompt is always computed (never
+  // taken from the prefix cache) and at most kPromptLogitsChunk tokens a step.
+  int32_t prompt_logprobs = -1;
   Clock::time_point arrival = Clock::now();
 };
 

@@ -9,6 +9,7 @@ namespace tessera::engine {
 std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan, Scheduler& scheduler, int64_t vocab) {
   std::vector<Sequence*> seqs;
   for (const ScheduledChunk& chunk : plan.chunks) {
+    if (chunk.all_logits) return std::nullopt;  // prompt logprobs: the logits come to the host
     if (!chunk.sample) continue;
     Sequence* seq = scheduler.find(chunk.id);
     TESSERA_CHECK(seq != nullptr);
@@ -37,6 +38,31 @@ std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan
   return batch;
 }
 
+std::vector<PromptLogprobs> prompt_logprobs_step(const StepPlan& plan, const StepOutput& output, Scheduler& scheduler) {
+  std::vector<PromptLogprobs> out;
+  int64_t row = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    const int64_t rows = chunk.num_logit_rows();
+    if (chunk.all_logits) {
+      Sequence* seq = scheduler.find(chunk.id);
+      TESSERA_CHECK(seq != nullptr && output.logits.defined());
+      const int64_t vocab = output.logits.dim(1);
+      PromptLogprobs entry{chunk.id, {}};
+      // Row r of the chunk, at position start + r, predicts token start + r + 1.
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t next = chunk.start_position + r + 1;
+        if (next < seq->prompt_logprobs_done || next >= seq->num_prompt_tokens) continue;
+        const std::span<const float> logits(output.logits.data<float>() + (row + r) * vocab, static_cast<size_t>(vocab));
+        entry.tokens.push_back(model_logprob(logits, seq->tokens[next], seq->request.prompt_logprobs));
+        seq->prompt_logprobs_done = next + 1;
+      }
+      if (!entry.tokens.empty()) out.push_back(std::move(entry));
+    }
+    row += rows;
+  }
+  return out;
+}
+
 std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& output, Scheduler& scheduler) {
   std::vector<SampleResult> results;
   const int64_t rows = plan.num_sampling();
@@ -48,7 +74,7 @@ std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& ou
     return results;
   }
   const Tensor& logits = output.logits;
-  TESSERA_CHECK(logits.defined() && logits.rank() == 2 && logits.dim(0) == rows);
+  TESSERA_CHECK(logits.defined() && logits.rank() == 2 && logits.dim(0) == plan.num_logit_rows());
   const int64_t vocab = logits.dim(1);
   // Each row has its own sequence, Sampler and generator, so rows are
   // independent and the same tokens come out however they are spread over
@@ -57,12 +83,16 @@ std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& ou
   // than the GPU's step: big steps sample on OpenMP's threads.
   std::vector<Sequence*> seqs;
   std::vector<std::vector<int32_t>> masked;
+  std::vector<int64_t> logits_row;  // each sample's row: a chunk's last
+  int64_t end = 0;
   for (const ScheduledChunk& chunk : plan.chunks) {
+    end += chunk.num_logit_rows();
     if (!chunk.sample) continue;
     Sequence* seq = scheduler.find(chunk.id);
     TESSERA_CHECK(seq != nullptr);
     seqs.push_back(seq);
     masked.push_back(masked_ids(*seq, scheduler.stop_config()));
+    logits_row.push_back(end - 1);
   }
   results.resize(rows);
   std::exception_ptr failure;  // an exception must not leave the parallel region
@@ -73,7 +103,8 @@ std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& ou
     try {
       Sequence* seq = seqs[row];
       SampleInputs inputs{seq->prompt(), seq->output(), masked[row], seq->request.logprobs, seq->request.top_logprobs};
-      results[row] = seq->sampler.sample({logits.data<float>() + row * vocab, static_cast<size_t>(vocab)}, inputs);
+      results[row] =
+          seq->sampler.sample({logits.data<float>() + logits_row[row] * vocab, static_cast<size_t>(vocab)}, inputs);
     } catch (...) {
 #pragma omp critical(tessera_sample_step_failure)
       if (!failure) failure = std::current_exception();

@@ -17,10 +17,18 @@ namespace tessera::engine {
 // For an executor that samples on its device: one row per sampling chunk, in
 // plan order (its parameters, its penalties, logit_bias and min_tokens masks
 // as edits, and the uniform number its request's generator draws for it);
-// nullopt, drawing nothing, when a chunk asks for logprobs (they need the
+// nullopt, drawing nothing, when a chunk asks for logprobs or prompt logprobs (they need the
 // logits on the host). `vocab`: the logits rows' size. Call after
 // schedule(), before execute().
 std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan, Scheduler& scheduler, int64_t vocab);
+
+// The prompt logprobs a step's all_logits chunks give: per request, the prompt
+// tokens not reported before, in order (and marks them reported).
+struct PromptLogprobs {
+  RequestId id = 0;
+  std::vector<PromptTokenLogprob> tokens;
+};
+std::vector<PromptLogprobs> prompt_logprobs_step(const StepPlan& plan, const StepOutput& output, Scheduler& scheduler);
 
 // One result per chunk with `sample`, in plan order; output.token_ids, when
 // filled, are taken as the sampled tokens.

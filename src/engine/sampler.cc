@@ -106,6 +106,18 @@ double log_sum_exp(const std::vector<float>& x) {
 
 }  // namespace
 
+PromptTokenLogprob model_logprob(std::span<const float> logits, int32_t token, int32_t top) {
+  const std::vector<float> x(logits.begin(), logits.end());
+  const double log_total = log_sum_exp(x);
+  PromptTokenLogprob out;
+  out.token = token;
+  out.logprob = static_cast<float>(static_cast<double>(x[static_cast<size_t>(token)]) - log_total);
+  for (int32_t id : top_ids(x, static_cast<size_t>(std::max<int32_t>(0, top)))) {
+    out.top_logprobs.push_back({id, static_cast<float>(static_cast<double>(x[static_cast<size_t>(id)]) - log_total)});
+  }
+  return out;
+}
+
 void validate(const SamplingParams& p) {
   require(std::isfinite(p.temperature) && p.temperature >= 0.0f, "temperature", "must be >= 0");
   require(p.top_p > 0.0f && p.top_p <= 1.0f, "top_p", "must be in (0, 1]");

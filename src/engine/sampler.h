@@ -70,6 +70,15 @@ struct SampleInputs {
   int32_t top_logprobs = 0;          // and this many of the likeliest tokens
 };
 
+// A token of a prompt as the model scored it: its logprob under the raw
+// logits (no sampling parameter applied) and the likeliest alternatives.
+struct PromptTokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top_logprobs;  // likeliest first, lowest id on a tie
+};
+PromptTokenLogprob model_logprob(std::span<const float> logits, int32_t token, int32_t top);
+
 struct SampleResult {
   int32_t token = 0;
   float logprob = 0.0f;                    // when requested

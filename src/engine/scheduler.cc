@@ -60,6 +60,8 @@ void Scheduler::add_chunk(StepPlan& plan, const Sequence& seq, int64_t num_new) 
                          seq.tokens.begin() + seq.num_computed_tokens + num_new);
   chunk.block_table = kv_.block_table(seq.id());
   chunk.sample = seq.num_computed_tokens + num_new == seq.num_tokens();
+  // Row p predicts token p + 1: wanted while that is a prompt token not yet reported.
+  chunk.all_logits = seq.wants_prompt_logits() && seq.num_computed_tokens + num_new >= seq.prompt_logprobs_done;
   plan.num_tokens += num_new;
   plan.chunks.push_back(std::move(chunk));
 }
@@ -72,7 +74,8 @@ StepPlan Scheduler::schedule() {
     Sequence* seq = running_[i];
     const int64_t later = static_cast<int64_t>(running_.size() - i - 1);
     const int64_t remaining = seq->num_tokens() - seq->num_computed_tokens;
-    const int64_t n = std::min({remaining, std::max<int64_t>(1, budget - later), budget});
+    int64_t n = std::min({remaining, std::max<int64_t>(1, budget - later), budget});
+    if (seq->wants_prompt_logits()) n = std::min(n, kPromptLogitsChunk);
     bool fits = true;
     while (!kv_.allocate(seq->id(), seq->num_computed_tokens + n)) {
       Sequence* victim = running_.back();
@@ -90,8 +93,10 @@ StepPlan Scheduler::schedule() {
   if (!plan.preempted.empty()) return plan;
   while (!waiting_.empty() && budget > 0 && num_running() < config_.max_batch_size) {
     Sequence* seq = waiting_.front();
-    const kv::PrefixMatch match = kv_.match_prefix(seq->tokens);
-    const int64_t n = std::min(seq->num_tokens() - match.num_tokens, budget);
+    // Prompt logprobs need every prompt token computed: no cached prefix.
+    const kv::PrefixMatch match = seq->wants_prompt_logits() ? kv::PrefixMatch{} : kv_.match_prefix(seq->tokens);
+    int64_t n = std::min(seq->num_tokens() - match.num_tokens, budget);
+    if (seq->wants_prompt_logits()) n = std::min(n, kPromptLogitsChunk);
     if (!kv_.allocate(seq->id(), match.num_tokens + n, &match)) break;
     seq->num_computed_tokens = match.num_tokens;
     seq->status = SequenceStatus::kRunning;

@@ -42,6 +42,12 @@ struct Sequence {
   int64_t num_computed_tokens = 0;  // tokens whose KV is cached
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t num_preemptions = 0;
+  // request.prompt_logprobs: prompt tokens [1, prompt_logprobs_done) have had
+  // theirs reported (a recompute after a preemption reports none twice).
+  int64_t prompt_logprobs_done = 1;
+  bool wants_prompt_logits() const {
+    return request.prompt_logprobs >= 0 && prompt_logprobs_done < num_prompt_tokens;
+  }
   Sampler sampler;                  // owns the request's random generator
 };
 

@@ -21,7 +21,13 @@ struct ScheduledChunk {
   int32_t start_position = 0;        // == the sequence's num_computed_tokens
   std::vector<int32_t> block_table;  // [ceil((start_position + n) / block_size)] block ids
   bool sample = false;               // the chunk ends at the last known token: logits wanted
+  bool all_logits = false;           // logits of every token wanted (prompt logprobs); the last is the sample row
+  int64_t num_logit_rows() const { return all_logits ? static_cast<int64_t>(token_ids.size()) : (sample ? 1 : 0); }
 };
+
+// A request that wants prompt logprobs computes at most this many prompt
+// tokens a step: each brings a logits row of the whole vocabulary.
+inline constexpr int64_t kPromptLogitsChunk = 64;
 
 struct StepPlan {
   std::vector<ScheduledChunk> chunks;  // running sequences first (admission order), then new ones
@@ -39,12 +45,17 @@ struct StepPlan {
     for (const auto& c : chunks) n += c.sample ? 1 : 0;
     return n;
   }
+  int64_t num_logit_rows() const {
+    int64_t n = 0;
+    for (const auto& c : chunks) n += c.num_logit_rows();
+    return n;
+  }
 };
 
-// The executor's answer. `logits` has one row per chunk with `sample`, in plan
-// order; it may be undefined when no chunk samples.
+// The executor's answer. `logits` has ScheduledChunk::num_logit_rows() rows
+// per chunk, in plan order; it may be undefined when no chunk wants any.
 struct StepOutput {
-  Tensor logits;  // [plan.num_sampling(), vocab] host f32
+  Tensor logits;  // [plan.num_logit_rows(), vocab] host f32
   // Instead of logits, when the plan has device_sampling: each row sampled on
   // the device, so a batch's logits never cross to the host.
   std::vector<int32_t> token_ids;  // [plan.num_sampling()]

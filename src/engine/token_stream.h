@@ -26,6 +26,9 @@ struct TokenEvent {
   int32_t token = -1;                      // the new token; -1 when none
   float logprob = 0.0f;                    // when the request asked for logprobs
   std::vector<TokenLogprob> top_logprobs;  // likeliest first
+  // Request::prompt_logprobs: prompt tokens' logprobs, in order, in events
+  // with no token of their own, before the first sampled token.
+  std::vector<PromptTokenLogprob> prompt_logprobs;
   std::optional<FinishReason> finish;      // set on the last event only
   std::optional<ErrorKind> error_kind;     // finish == kError: kDeviceFailure means the engine is down (HTTP 503)
   std::string error;                       // finish == kError: what failed

@@ -104,11 +104,11 @@ class ApiServer {
   std::shared_ptr<const ServingContext> context() const;
   // Submits and wraps the engine requests, `options.n` for each prompt (common
   // to both completion routes); `markup`: what of a chat answer becomes
-  // reasoning_content and tool_calls.
+  // reasoning_content and tool_calls; `echoes`: one per prompt, or none.
   HttpResponse start_generation(const ServingContext& context, CompletionKind kind,
                                 std::vector<std::vector<int32_t>> prompts,
                                 const GenerationOptions& options, std::vector<int32_t> extra_stop_ids,
-                                const AnswerMarkup& markup = {});
+                                const AnswerMarkup& markup = {}, std::vector<Echo> echoes = {});
 
   ApiOptions options_;
   Metrics metrics_;

@@ -23,14 +23,19 @@ Json bytes_of(const std::string& s) {
 }  // namespace
 
 CompletionResponse::CompletionResponse(CompletionMeta meta, std::vector<std::unique_ptr<Generation>> generations,
-                                       int64_t prompt_tokens, std::shared_ptr<Notifier> notifier,
-                                       std::function<void(unsigned)> on_done)
+                                       int64_t prompt_tokens, std::vector<Echo> echoes,
+                                       std::shared_ptr<Notifier> notifier, std::function<void(unsigned)> on_done)
     : meta_(std::move(meta)),
       prompt_tokens_(prompt_tokens),
       notifier_(std::move(notifier)),
       on_done_(std::move(on_done)) {
+  const size_t per_prompt = echoes.empty() ? 0 : generations.size() / echoes.size();
   for (std::unique_ptr<Generation>& generation : generations) {
     Choice& choice = choices_.emplace_back();
+    if (per_prompt > 0) {
+      choice.echo = echoes[(choices_.size() - 1) / per_prompt];
+      choice.text = choice.echo->text;
+    }
     choice.generation = std::move(generation);
     choice.logprobs = empty_logprobs();
     if (meta_.stream && meta_.markup.reasoning) choice.reasoning_stream.emplace(*meta_.markup.reasoning);
@@ -121,6 +126,14 @@ void CompletionResponse::append_logprobs(Json& into, const std::vector<TokenLogp
   }
 }
 
+void CompletionResponse::append_echo_logprobs(Json& into, const Choice& c) const {
+  into["tokens"].push_back(c.echo->first_token);
+  into["token_logprobs"].push_back(nullptr);
+  into["top_logprobs"].push_back(nullptr);
+  into["text_offset"].push_back(0);
+  append_logprobs(into, c.generation->prompt_logprobs(), c.echo->first_token.size());
+}
+
 Json CompletionResponse::logprobs_json(const std::vector<TokenLogprobText>& logprobs, size_t text_offset) const {
   Json out = empty_logprobs();
   append_logprobs(out, logprobs, text_offset);
@@ -131,6 +144,17 @@ void CompletionResponse::stream_choice(size_t index, Choice& c, GenerationDelta 
                                        std::string& chunk) {
   const bool chat = meta_.kind == CompletionKind::kChat;
   const Generation& generation = *c.generation;
+  if (c.echo && !c.echo_done && generation.error().empty() &&
+      (generation.completion_tokens() > 0 || generation.finished())) {
+    Json logprobs = nullptr;
+    if (meta_.logprobs) {
+      logprobs = empty_logprobs();
+      append_echo_logprobs(logprobs, c);
+    }
+    chunk += sse_event(chunk_json(
+        {{"index", index}, {"text", c.echo->text}, {"logprobs", std::move(logprobs)}, {"finish_reason", nullptr}}));
+    c.echo_done = true;
+  }
   if (chat && !c.role_sent) {
     chunk += sse_event(chunk_json({{"index", index},
                                    {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -236,8 +260,13 @@ bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
     c.text += delta.text;
     if (meta_.stream) {
       stream_choice(i, c, std::move(delta), offset_before, chunk);
-    } else if (meta_.logprobs) {
-      append_logprobs(c.logprobs, delta.logprobs, offset_before);
+    } else {
+      // The prompt is scored before the first token comes: its logprobs lead.
+      if (c.echo && !c.echo_done && (c.generation->completion_tokens() > 0 || c.generation->finished())) {
+        if (meta_.logprobs) append_echo_logprobs(c.logprobs, c);
+        c.echo_done = true;
+      }
+      if (meta_.logprobs) append_logprobs(c.logprobs, delta.logprobs, offset_before);
     }
     if (!c.generation->finished()) {
       all_finished = false;

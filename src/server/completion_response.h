@@ -48,6 +48,13 @@ struct AnswerMarkup {
   std::optional<text::ReasoningFormat> reasoning;
 };
 
+// A completion's echo of its prompt: the text the answer starts with, and
+// the prompt's first token (listed first in logprobs, with none of its own).
+struct Echo {
+  std::string text;
+  std::string first_token;
+};
+
 struct CompletionMeta {
   CompletionKind kind = CompletionKind::kChat;
   std::string id;     // "chatcmpl-..." / "cmpl-..."
@@ -67,8 +74,10 @@ class CompletionResponse : public PendingResponse {
   // `on_done` runs once, when the answer is complete or cancelled (it releases
   // the in-flight slot and counts the response). `prompt_tokens`: the
   // prompts' tokens, each prompt counted once however many choices it has.
+  // `echoes`: one per prompt (each prompt's choices start with it), or none.
   CompletionResponse(CompletionMeta meta, std::vector<std::unique_ptr<Generation>> generations, int64_t prompt_tokens,
-                     std::shared_ptr<Notifier> notifier, std::function<void(unsigned status)> on_done);
+                     std::vector<Echo> echoes, std::shared_ptr<Notifier> notifier,
+                     std::function<void(unsigned status)> on_done);
   ~CompletionResponse() override;
 
   bool streaming() const override { return meta_.stream; }
@@ -85,6 +94,8 @@ class CompletionResponse : public PendingResponse {
     std::optional<text::ToolCallStream> tool_stream;        // streaming with tools: holds what may be a call
     bool role_sent = false;
     bool ended = false;  // streaming: its finish chunk is sent
+    std::optional<Echo> echo;  // text starts with echo->text; its logprobs lead once the prompt is scored
+    bool echo_done = false;    // the echo's logprobs are in (streaming: its chunk is sent)
   };
 
   // Streaming: the chunks one poll of choice `index` adds (its finish chunk
@@ -93,6 +104,9 @@ class CompletionResponse : public PendingResponse {
   // Not streaming: the choice's entry of the body.
   nlohmann::ordered_json choice_json(size_t index, const Choice& choice) const;
   nlohmann::ordered_json empty_logprobs() const;
+  // The echo's entries (the first token with nulls, then the prompt's
+  // logprobs) appended to completion-style logprobs.
+  void append_echo_logprobs(nlohmann::ordered_json& into, const Choice& choice) const;
   nlohmann::ordered_json chunk_json(nlohmann::ordered_json choice) const;
   nlohmann::ordered_json usage() const;
   nlohmann::ordered_json logprobs_json(const std::vector<TokenLogprobText>& logprobs, size_t text_offset) const;

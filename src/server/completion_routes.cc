@@ -98,6 +98,7 @@ HttpResponse ApiServer::completions(const HttpRequest& request, const ServingCon
   CompletionRequest r = parse_completion_request(request.body);
   check_model(r.model, options_.model_name);
   std::vector<std::vector<int32_t>> prompts;
+  std::vector<Echo> echoes;
   for (CompletionPrompt& prompt : r.prompts) {
     if (prompt.text) {
       log_debug("completion prompt: {}", clip(*prompt.text, options_.max_log_len));
@@ -105,13 +106,20 @@ HttpResponse ApiServer::completions(const HttpRequest& request, const ServingCon
     } else {
       prompts.push_back(std::move(prompt.ids));
     }
+    if (r.options.echo && !prompts.back().empty()) {
+      // The prompt as sent (ids: as they decode), and its first token, which has no logprob.
+      const std::vector<int32_t>& ids = prompts.back();
+      echoes.push_back({prompt.text ? *prompt.text : ctx.tokenizer->decode(ids, r.options.skip_special_tokens),
+                        token_text(*ctx.tokenizer, ids.front())});
+    }
   }
-  return start_generation(ctx, CompletionKind::kText, std::move(prompts), r.options, {});
+  return start_generation(ctx, CompletionKind::kText, std::move(prompts), r.options, {}, {}, std::move(echoes));
 }
 
 HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKind kind,
                                          std::vector<std::vector<int32_t>> prompts, const GenerationOptions& options,
-                                         std::vector<int32_t> extra_stop_ids, const AnswerMarkup& markup) {
+                                         std::vector<int32_t> extra_stop_ids, const AnswerMarkup& markup,
+                                         std::vector<Echo> echoes) {
   const char* param = kind == CompletionKind::kChat ? "messages" : "prompt";
   int64_t prompt_tokens = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -153,6 +161,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
       request.ignore_eos = options.ignore_eos;
       request.logprobs = options.logprobs;
       request.top_logprobs = options.top_logprobs;
+      if (options.echo && options.logprobs) request.prompt_logprobs = options.top_logprobs;
       const engine::Clock::time_point arrival = request.arrival;
       std::shared_ptr<engine::RequestStream> stream;
       try {
@@ -180,7 +189,8 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
   ++in_flight_;
   HttpResponse response;
   response.pending = std::make_shared<CompletionResponse>(
-      std::move(meta), std::move(generations), prompt_tokens, std::move(notifier), [this, route](unsigned status) {
+      std::move(meta), std::move(generations), prompt_tokens, std::move(echoes), std::move(notifier),
+      [this, route](unsigned status) {
         --in_flight_;
         metrics_.count_response(route, status);
       });

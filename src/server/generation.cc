@@ -46,6 +46,11 @@ GenerationDelta Generation::poll() {
   if (finished()) return delta;
   for (engine::TokenEvent& event : stream_->drain()) {
     const bool final_stop = event.finish == engine::FinishReason::kStop;
+    for (const engine::PromptTokenLogprob& p : event.prompt_logprobs) {
+      TokenLogprobText lp{token_text(tokenizer_, p.token), p.logprob, {}};
+      for (const engine::TokenLogprob& t : p.top_logprobs) lp.top.emplace_back(token_text(tokenizer_, t.token), t.logprob);
+      prompt_logprobs_.push_back(std::move(lp));
+    }
     if (event.has_token()) add_token(event, final_stop, delta);
     if (finished()) break;  // a stop string matched
     if (event.last()) {

@@ -60,6 +60,9 @@ class Generation {
   bool engine_unavailable() const { return engine_unavailable_; }
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t completion_tokens() const { return completion_tokens_; }
+  // The prompt tokens' logprobs (after the first), when the engine request
+  // asked for them; complete once completion_tokens() > 0 or finished().
+  const std::vector<TokenLogprobText>& prompt_logprobs() const { return prompt_logprobs_; }
   engine::RequestId id() const { return stream_->id(); }
 
  private:
@@ -78,6 +81,7 @@ class Generation {
   engine::Clock::time_point arrival_;
   std::optional<engine::Clock::time_point> last_token_time_;
   double time_to_first_token_ = 0.0;
+  std::vector<TokenLogprobText> prompt_logprobs_;
   std::optional<std::string> finish_reason_;
   std::string error_;
   bool engine_unavailable_ = false;

@@ -381,7 +381,7 @@ CompletionRequest parse_completion_request(std::string_view body_text) {
     r.options.logprobs = true;
     r.options.top_logprobs = static_cast<int32_t>(*logprobs);
   }
-  if (f.boolean("echo").value_or(false)) throw bad_request("'echo' is not supported yet", "echo", "unsupported_value");
+  r.options.echo = f.boolean("echo").value_or(false);
   if (f.integer("best_of", 1, 128).value_or(1) != 1) {
     throw bad_request("'best_of' greater than 1 is not supported yet", "best_of", "unsupported_value");
   }

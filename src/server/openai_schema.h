@@ -3,8 +3,8 @@
 // Parsing validates types and ranges and throws ApiError(400) naming the
 // field ("param") for anything wrong, so handlers only see valid values.
 // Unknown fields are ignored, as LMDeploy and vLLM do; fields whose meaning
-// tessera cannot honour yet (echo, best_of > 1, tool_choice "required") are
-// refused with a message rather than silently ignored.
+// tessera cannot honour yet (best_of > 1, suffix, tool_choice "required")
+// are refused with a message rather than silently ignored.
 //
 // Defaults follow LMDeploy's api_server (temperature 0.7, top_p 1.0, top_k 40;
 // max_tokens 16 for /v1/completions as OpenAI has it, none for chat), so a
@@ -39,6 +39,7 @@ struct GenerationOptions {
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   int32_t n = 1;                        // choices per prompt (1..kMaxChoices), each sampled with its own seed
+  bool echo = false;                    // completions: the prompt leads the text (and, with logprobs, is scored)
 };
 
 // At most this many choices in one request (n times the prompts).

@@ -69,7 +69,7 @@ def test_bad_chat_bodies_get_400_with_an_error_body(server, body):
     {"model": "demo"}, {"model": "demo", "prompt": 5}, {"model": "demo", "prompt": []},
     {"model": "demo", "prompt": [1, -1]}, {"model": "demo", "prompt": [100000]}, {"model": "demo", "prompt": ["a", 5]},
     {"model": "demo", "prompt": ["a", "x " * 5000]},
-    {"model": "demo", "prompt": "x", "logprobs": 50}, {"model": "demo", "prompt": "x", "echo": True},
+    {"model": "demo", "prompt": "x", "logprobs": 50}, {"model": "demo", "prompt": "x", "echo": "yes"},
     {"model": "demo", "prompt": "x " * 5000},
 ])
 def test_bad_completion_bodies_get_400(server, body):

@@ -179,7 +179,7 @@ TEST(serverSchema, CompletionPromptShapes) {
                            R"({"model": "m", "prompt": ["a", [1]]})", R"({"model": "m", "prompt": [[1], "a"]})",
                            R"({"model": "m", "prompt": [[1], []]})", R"({"model": "m", "prompt": ["a", 5]})",
                            R"({"model": "m", "prompt": [1, "a"]})",
-                           R"({"model": "m", "prompt": [1.5]})", R"({"model": "m", "prompt": "x", "echo": true})",
+                           R"({"model": "m", "prompt": [1.5]})", R"({"model": "m", "prompt": "x", "echo": 1})",
                            R"({"model": "m", "prompt": "x", "logprobs": true})",
                            R"({"model": "m", "prompt": "x", "best_of": 3})",
                            R"({"model": "m", "prompt": ["a", "b", "c"], "n": 50})",
