@@ -32,6 +32,7 @@ Generation::Generation(engine::Engine& engine, const text::Tokenizer& tokenizer,
       metrics_(metrics),
       stream_(std::move(stream)),
       want_logprobs_(options.logprobs),
+      echo_(options.echo),
       detokenizer_(tokenizer, options.skip_special_tokens),
       stops_(options.stop),
       prompt_tokens_(prompt_tokens),
@@ -78,14 +79,21 @@ void Generation::add_token(const engine::TokenEvent& event, bool final_stop, Gen
   }
   last_token_time_ = now;
   ++completion_tokens_;
-  if (final_stop) return;  // the stop token or eos: counted, not shown
-  text::StopStringMatcher::Result piece = stops_.feed(detokenizer_.push(event.token));
-  delta.text += piece.text;
-  if (want_logprobs_) {
+  auto add_logprob = [&] {
     TokenLogprobText lp{token_text(tokenizer_, event.token), event.logprob, {}};
     for (const engine::TokenLogprob& t : event.top_logprobs) lp.top.emplace_back(token_text(tokenizer_, t.token), t.logprob);
     delta.logprobs.push_back(std::move(lp));
+  };
+  if (final_stop) {
+    // The stop token or eos: counted, not shown. A scored echo lists it all
+    // the same: its reader (lm-evaluation-harness) drops the last entry as
+    // the one generated token.
+    if (want_logprobs_ && echo_) add_logprob();
+    return;
   }
+  text::StopStringMatcher::Result piece = stops_.feed(detokenizer_.push(event.token));
+  delta.text += piece.text;
+  if (want_logprobs_) add_logprob();
   if (piece.stop_index) {
     engine_.abort(stream_->id());
     finish("stop", delta);

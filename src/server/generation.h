@@ -6,7 +6,8 @@
 // Stops: a stop string ends the request as soon as it appears (the engine
 // request is aborted; the finish reason is "stop" and the string is not in the
 // text). A stop token id or eos (finish kStop) ends it too; that token is
-// counted but its text is not part of the output.
+// counted but its text is not part of the output (nor of the logprobs, but
+// for an echo: see add_token).
 //
 // Not thread-safe: one owner (a pending response on its connection's strand).
 #pragma once
@@ -74,6 +75,7 @@ class Generation {
   Metrics& metrics_;
   std::shared_ptr<engine::RequestStream> stream_;
   bool want_logprobs_;
+  bool echo_;  // a completion echoing its prompt: a stop token's logprob is listed too
   text::IncrementalDetokenizer detokenizer_;
   text::StopStringMatcher stops_;
   int64_t prompt_tokens_;

@@ -51,8 +51,9 @@ def test_echo_logprobs_score_each_prompt_token(scripted):
     r = client(server).completions.create(model="demo", prompt=prompt, max_tokens=1, temperature=0, echo=True,
                                           logprobs=2)
     lp = r.choices[0].logprobs
-    # The prompt's tokens; the one completion token is </s>, Gamma's successor, a stop token: not listed.
-    assert len(lp.tokens) == len(prompt) and lp.tokens[1:3] == ["Alpha", "Beta"]
+    # The prompt's tokens, then the one completion token: </s>, Gamma's successor, a stop token, listed
+    # (not in the text) because the reader of a scored echo drops the last entry as the generated one.
+    assert len(lp.tokens) == len(prompt) + 1 and lp.tokens[1:3] == ["Alpha", "Beta"] and lp.tokens[-1] == "</s>"
     assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
     scale = 1 / math.sqrt(1 / config["hidden_size"] + config["rms_norm_eps"])
     log_total = math.log(math.exp(scale) + config["vocab_size"] - 1)
@@ -61,6 +62,7 @@ def test_echo_logprobs_score_each_prompt_token(scripted):
     # Beta and Gamma after `other` are not.
     want = [successor, successor, not_successor, not_successor]
     assert lp.token_logprobs[1:5] == pytest.approx(want, abs=1e-4)
+    assert lp.token_logprobs[5] == pytest.approx(successor, abs=1e-4)  # temperature 0: the raw distribution
     # The likeliest alternative at each position is the successor itself.
     assert [max(t, key=t.get) for t in lp.top_logprobs[1:5]] == ["Alpha", "Beta", "Gamma", "Alpha"]
     assert r.choices[0].finish_reason == "stop" and r.choices[0].text == "%AlphaBeta%Gamma"
@@ -78,3 +80,19 @@ def test_without_logprobs_nothing_is_scored_and_the_prefix_cache_still_serves(sc
         r = client(server).completions.create(model="demo", prompt=prompt, max_tokens=2, temperature=0, echo=True)
         assert r.choices[0].logprobs is None
         assert r.choices[0].text.endswith("AlphaBetaGamma")
+
+
+def test_a_loglikelihood_batch_as_lm_evaluation_harness_sends_it(scripted):
+    """Several token-id prompts in one request, echo, logprobs 1, max_tokens 1, temperature 0: each
+    choice lists its prompt's tokens and the one generated token, which the reader drops."""
+    server, _, ids = scripted
+    prompts = [[40, ids["Alpha"], ids["Beta"]], [41, 42, ids["Gamma"], 43]]
+    r = client(server).completions.create(model="demo", prompt=prompts, max_tokens=1, temperature=0, echo=True,
+                                          logprobs=1, seed=1234)
+    assert [len(c.logprobs.tokens) for c in r.choices] == [len(p) + 1 for p in prompts]
+    for choice, prompt in zip(r.choices, prompts):
+        scored = choice.logprobs.token_logprobs[1:-1]
+        assert len(scored) == len(prompt) - 1 and all(isinstance(x, float) and x < 0 for x in scored)
+    # Alpha after 40 and Beta after Alpha are each the model's first choice: "is greedy" holds.
+    first = r.choices[0].logprobs
+    assert [max(t, key=t.get) for t in first.top_logprobs[1:3]] == first.tokens[1:3]
