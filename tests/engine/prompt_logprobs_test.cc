@@ -14,6 +14,7 @@
 #include "../test_paths.h"
 #include "engine/cpu_executor.h"
 #include "engine/engine.h"
+#include "engine/tp_executor.h"
 #include "model/transformer.h"
 
 namespace tessera::engine {
@@ -37,14 +38,14 @@ struct Scored {
 
 // Each request's prompt logprobs, three requests at once (two of them with
 // the golden prompt, one after the other has filled the prefix cache).
-std::vector<Scored> score(model::Transformer& model, const std::vector<int32_t>& prompt, int64_t num_blocks) {
+std::vector<Scored> score(std::unique_ptr<Executor> executor, const std::vector<int32_t>& prompt, int64_t num_blocks) {
   EngineConfig config;
   config.block_size = 4;
   config.num_blocks = num_blocks;
   config.session_len = 32;
   config.scheduler = {3, 4};  // at most 3 sequences, 4 tokens a step
   config.enable_prefix_caching = true;
-  Engine engine(config, std::make_unique<CpuExecutor>(model, num_blocks, config.block_size));
+  Engine engine(config, std::move(executor));
   // Fill the prefix cache with the prompt first, without prompt logprobs.
   Request warm;
   warm.prompt = prompt;
@@ -98,7 +99,7 @@ TEST_P(PromptLogprobs, EqualTransformersLogSoftmaxOnceEach) {
   const auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
   const auto& rows = expected["logits"];
   // 8 blocks of 4 hold 32 tokens; three requests of 11 + 8 need 57.
-  const std::vector<Scored> scored = score(*model, prompt, 8);
+  const std::vector<Scored> scored = score(std::make_unique<CpuExecutor>(*model, 8, 4), prompt, 8);
   for (size_t i = 0; i < 2; ++i) {
     const std::vector<PromptTokenLogprob>& got = scored[i].prompt;
     ASSERT_EQ(got.size(), prompt.size() - 1) << dir.filename() << " request " << i;
@@ -119,6 +120,34 @@ TEST_P(PromptLogprobs, EqualTransformersLogSoftmaxOnceEach) {
     EXPECT_GT(shifted, 20 * kLogprobBound) << dir.filename() << ": the comparison cannot tell positions apart";
   }
   EXPECT_EQ(scored[2].prompt.size(), prompt.size() - 1);
+}
+
+// Over two tensor-parallel CPU ranks (vocabulary-parallel LM head, logits
+// gathered) the scores equal one rank's.
+TEST(PromptLogprobsTp, TwoRanksScoreAsOne) {
+  const auto cases = testing::golden_cases();
+  ASSERT_FALSE(cases.empty());
+  const std::filesystem::path dir = cases.front();
+  nlohmann::json expected = nlohmann::json::parse(std::ifstream(dir / "expected.json"));
+  const auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
+  auto backend = backend::make_cpu_backend();
+  auto model = model::load_transformer(dir, *backend);
+  const std::vector<Scored> one = score(std::make_unique<CpuExecutor>(*model, 8, 4), prompt, 8);
+  TpExecutorConfig config;
+  config.tp = 2;
+  config.num_blocks = 8;
+  config.block_size = 4;
+  config.comm_timeout = std::chrono::seconds(60);
+  const model::HostModel host = model::read_host_model(dir);
+  const std::vector<Scored> two = score(std::make_unique<TpExecutor>(host, config), prompt, 8);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one[i].prompt.size(), two[i].prompt.size());
+    for (size_t k = 0; k < one[i].prompt.size(); ++k) {
+      EXPECT_EQ(one[i].prompt[k].token, two[i].prompt[k].token);
+      EXPECT_NEAR(one[i].prompt[k].logprob, two[i].prompt[k].logprob, 1e-4) << dir.filename() << " " << i << " " << k;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, PromptLogprobs, ::testing::ValuesIn(testing::golden_cases()),
