@@ -2,6 +2,7 @@
 // and /v1/encode (request → prompt ids → engine request → CompletionResponse).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 #include "core/error.h"
@@ -156,7 +157,8 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
       request.sampling.seed += static_cast<uint64_t>(j);
       request.stop_ids = options.stop_token_ids;
       request.stop_ids.insert(request.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
-      if (options.max_tokens) request.max_tokens = *options.max_tokens;
+      // max_tokens 0 (an echo scoring its prompt): the engine generates one token, which is dropped.
+      if (options.max_tokens) request.max_tokens = std::max<int64_t>(1, *options.max_tokens);
       request.min_tokens = options.min_tokens;
       request.ignore_eos = options.ignore_eos;
       request.logprobs = options.logprobs;

@@ -33,6 +33,7 @@ Generation::Generation(engine::Engine& engine, const text::Tokenizer& tokenizer,
       stream_(std::move(stream)),
       want_logprobs_(options.logprobs),
       echo_(options.echo),
+      score_only_(options.max_tokens == 0),
       detokenizer_(tokenizer, options.skip_special_tokens),
       stops_(options.stop),
       prompt_tokens_(prompt_tokens),
@@ -78,6 +79,7 @@ void Generation::add_token(const engine::TokenEvent& event, bool final_stop, Gen
     metrics_.inter_token_latency.observe(seconds_between(*last_token_time_, now));
   }
   last_token_time_ = now;
+  if (score_only_) return;  // max_tokens 0: nothing generated is part of the answer
   ++completion_tokens_;
   auto add_logprob = [&] {
     TokenLogprobText lp{token_text(tokenizer_, event.token), event.logprob, {}};
@@ -101,6 +103,7 @@ void Generation::add_token(const engine::TokenEvent& event, bool final_stop, Gen
 }
 
 void Generation::finish(std::string reason, GenerationDelta& delta) {
+  if (score_only_ && reason == "stop") reason = "length";  // the limit of 0 ended it, not a stop token
   if (!stops_.stopped()) delta.text += stops_.feed(detokenizer_.finish()).text;
   if (!stops_.stopped()) delta.text += stops_.finish();
   finish_reason_ = std::move(reason);

@@ -76,6 +76,7 @@ class Generation {
   std::shared_ptr<engine::RequestStream> stream_;
   bool want_logprobs_;
   bool echo_;  // a completion echoing its prompt: a stop token's logprob is listed too
+  bool score_only_;  // max_tokens 0: the one token the engine generates is dropped
   text::IncrementalDetokenizer detokenizer_;
   text::StopStringMatcher stops_;
   int64_t prompt_tokens_;

@@ -162,7 +162,8 @@ GenerationOptions parse_generation_options(const Json& body, bool chat) {
     o.max_tokens = f.integer("max_completion_tokens", 1, kMaxInt);
     if (!o.max_tokens) o.max_tokens = f.integer("max_tokens", 1, kMaxInt);
   } else {
-    o.max_tokens = f.integer("max_tokens", 1, kMaxInt).value_or(16);
+    // 0 only with echo (checked by the caller): the prompt scored, nothing generated.
+    o.max_tokens = f.integer("max_tokens", 0, kMaxInt).value_or(16);
   }
   o.min_tokens = f.integer("min_tokens", 0, kMaxInt).value_or(0);
   engine::SamplingParams& s = o.sampling;
@@ -382,6 +383,10 @@ CompletionRequest parse_completion_request(std::string_view body_text) {
     r.options.top_logprobs = static_cast<int32_t>(*logprobs);
   }
   r.options.echo = f.boolean("echo").value_or(false);
+  if (r.options.max_tokens == 0 && !r.options.echo) {
+    throw bad_request("'max_tokens' 0 generates nothing: it is meaningful only with 'echo' (to score the prompt)",
+                      "max_tokens", "invalid_value");
+  }
   if (f.integer("best_of", 1, 128).value_or(1) != 1) {
     throw bad_request("'best_of' greater than 1 is not supported yet", "best_of", "unsupported_value");
   }

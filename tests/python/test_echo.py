@@ -96,3 +96,17 @@ def test_a_loglikelihood_batch_as_lm_evaluation_harness_sends_it(scripted):
     # Alpha after 40 and Beta after Alpha are each the model's first choice: "is greedy" holds.
     first = r.choices[0].logprobs
     assert [max(t, key=t.get) for t in first.top_logprobs[1:3]] == first.tokens[1:3]
+
+
+def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(scripted):
+    server, _, ids = scripted
+    prompt = [40, ids["Alpha"], ids["Beta"]]
+    r = client(server).completions.create(model="demo", prompt=prompt, max_tokens=0, temperature=0, echo=True,
+                                          logprobs=1)
+    choice = r.choices[0]
+    assert choice.text == "%AlphaBeta" and choice.finish_reason == "length"
+    assert len(choice.logprobs.tokens) == len(prompt) and choice.logprobs.token_logprobs[0] is None
+    assert r.usage.completion_tokens == 0 and r.usage.prompt_tokens == len(prompt)
+    with pytest.raises(openai.BadRequestError) as e:
+        client(server).completions.create(model="demo", prompt=prompt, max_tokens=0)
+    assert e.value.body["param"] == "max_tokens" and "echo" in e.value.body["message"]
