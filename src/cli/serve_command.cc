@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/answer_markup.h"
 #include "cli/serving_model.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -53,68 +54,6 @@ struct ServeArgs {
   bool allow_terminate_by_client = false;
   bool ignored_flag = false;
 };
-
-std::optional<text::ToolCallFormat> tool_call_parser_option(const std::string& name) {
-  if (name.empty()) return std::nullopt;
-  std::optional<text::ToolCallFormat> format = text::tool_call_format_from_name(name);
-  if (!format) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("--tool-call-parser {}: no such parser", name),
-                "use one of " + text::tool_call_format_names() + ", or leave it out to pick by the model's vocabulary");
-  }
-  return format;
-}
-
-std::optional<text::ReasoningFormat> reasoning_parser_option(const std::string& name) {
-  if (name.empty()) return std::nullopt;
-  std::optional<text::ReasoningFormat> format = text::reasoning_format_from_name(name);
-  if (!format) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("--reasoning-parser {}: no such parser", name),
-                "use one of " + text::reasoning_format_names());
-  }
-  return format;
-}
-
-// How requests with tools are served: the markup their answers' calls are
-// read from (the flag's, else the one whose marker tokens the vocabulary
-// has), the template that renders the tools (the chat template where it
-// reads them; for InternLM2 markup, whose models ship a template that does
-// not, the built-in internlm2 one, as LMDeploy renders them), and the token
-// that ends an InternLM2 call (a stop word of LMDeploy's internlm2 template).
-void set_up_tool_calls(const std::string& parser, const ServingModel& model, server::ServingContext& context) {
-  const text::Tokenizer& tokenizer = *model.tokenizer;
-  std::optional<text::ToolCallFormat> format = tool_call_parser_option(parser);
-  if (format && !text::tokenizer_has_tool_call_markers(tokenizer, *format)) {
-    log_warning("--tool-call-parser {}: the vocabulary has no tokens for its markers; this model may never write "
-                "calls in that markup",
-                parser);
-  }
-  if (!format) format = text::detect_tool_call_format(tokenizer);
-  context.tool_call_format = format;
-  context.tool_keeps_special = format && text::tool_call_markers_are_special(tokenizer, *format);
-  if (model.chat_template->renders_tools()) {
-    context.tools_template = model.chat_template;
-  } else if (format == text::ToolCallFormat::kInternLM) {
-    context.tools_template = text::ChatTemplate::builtin("internlm2");
-  }
-  if (format == text::ToolCallFormat::kInternLM) {
-    if (std::optional<int32_t> end = tokenizer.piece_to_id("<|action_end|>")) context.tool_stop_ids.push_back(*end);
-  }
-  const std::string rendered_by =
-      !context.tools_template ? std::string("refused: the chat template does not render tools (see --chat-template)")
-      : context.tools_template->name() == model.chat_template->name()
-          ? "rendered by the chat template"
-          : fmt::format("rendered by the built-in {} template (the chat template {} does not render tools)",
-                        context.tools_template->name(), model.chat_template->name());
-  if (format) {
-    log_info("tool calls: answers are read in {} markup{}; requests with tools are {}",
-             text::tool_call_format_name(*format), parser.empty() ? " (from the vocabulary; --tool-call-parser)" : "",
-             rendered_by);
-  } else {
-    log_info("tool calls: no markup in the vocabulary, answers stay text (--tool-call-parser {}); requests with "
-             "tools are {}",
-             text::tool_call_format_names(), rendered_by);
-  }
-}
 
 // SIGINT and SIGTERM through a self-pipe: the handler (which may run on any
 // thread, OpenBLAS' and OpenMP's included) only writes the signal's number;
@@ -209,8 +148,7 @@ int run_worker_node(const ServeArgs& a) {
 
 int run_serve(const ServeArgs& a) {
   check_supported(a.engine);  // before anything starts, so a refused flag costs no load
-  tool_call_parser_option(a.tool_call_parser);
-  reasoning_parser_option(a.reasoning_parser);
+  check_answer_markup_options(a.tool_call_parser, a.reasoning_parser);
   if (a.engine.node_rank > 0) return run_worker_node(a);
   ShutdownSignal signals;
 
@@ -252,13 +190,7 @@ int run_serve(const ServeArgs& a) {
   context->chat_template = model->chat_template;
   context->chat_stop_ids = server::find_chat_stop_ids(*model->tokenizer);
   context->session_len = model->plan.session_len;
-  set_up_tool_calls(a.tool_call_parser, *model, *context);
-  context->reasoning_format = reasoning_parser_option(a.reasoning_parser);
-  if (context->reasoning_format) {
-    context->reasoning_keeps_special = text::reasoning_tags_are_special(*model->tokenizer, *context->reasoning_format);
-    log_info("reasoning: chat answers' text before </think> is reasoning_content (--reasoning-parser {}){}",
-             a.reasoning_parser, context->reasoning_keeps_special ? "; special tokens stay in the text" : "");
-  }
+  set_up_answer_markup(a.tool_call_parser, a.reasoning_parser, *model, *context);
   api.set_ready(context);
   signals.set_ready();
   log_info("ready: serving '{}' on http://{}:{} (chat template {}, session length {}, {})", api_options.model_name,
