@@ -254,12 +254,14 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
                                              : backend::cuda_device_info(s->device.index).free_memory;
   engine::MemoryPlanInput in;
   in.weight_bytes = engine::weight_bytes(spec, s->dtype, !s->device.is_cpu());  // GPUs keep 4-bit weights packed
-  in.workspace_bytes = engine::workspace_bytes(spec, s->dtype, a.max_prefill_token_num + max_batch_size, max_batch_size);
+  // A step's logits rows: one per sequence, plus the prompt rows scored for prompt logprobs.
+  const int64_t logits_rows = max_batch_size + engine::kPromptLogitsChunk;
+  in.workspace_bytes = engine::workspace_bytes(spec, s->dtype, a.max_prefill_token_num + max_batch_size, logits_rows);
   if (s->model && !s->device.is_cpu()) {
     // On a GPU the workspace is measured: the largest step runs once before
     // the KV cache is sized. (On the CPU such a step of a large model takes
     // minutes, and host memory is not what runs out: the estimate stays.)
-    if (auto warmup = engine::measure_workspace(*s->model, a.max_prefill_token_num, max_batch_size,
+    if (auto warmup = engine::measure_workspace(*s->model, a.max_prefill_token_num, logits_rows,
                                                 a.cache_block_seq_len)) {
       log_info("workspace measured by a warm-up step of {} tokens and {} logits rows: {:.3f} GiB (estimated {:.3f} GiB)",
                warmup->step_tokens, warmup->logits_rows, warmup->workspace_bytes / double(1ull << 30),

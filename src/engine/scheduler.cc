@@ -69,13 +69,18 @@ void Scheduler::add_chunk(StepPlan& plan, const Sequence& seq, int64_t num_new) 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   int64_t budget = config_.max_num_batched_tokens;
+  int64_t prompt_rows = kPromptLogitsChunk;  // left this step for sequences scoring their prompt
 
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* seq = running_[i];
     const int64_t later = static_cast<int64_t>(running_.size() - i - 1);
     const int64_t remaining = seq->num_tokens() - seq->num_computed_tokens;
     int64_t n = std::min({remaining, std::max<int64_t>(1, budget - later), budget});
-    if (seq->wants_prompt_logits()) n = std::min(n, kPromptLogitsChunk);
+    if (seq->wants_prompt_logits()) {
+      if (prompt_rows == 0) continue;  // this step's prompt rows are taken: it goes on next step
+      n = std::min(n, prompt_rows);
+      prompt_rows -= n;
+    }
     bool fits = true;
     while (!kv_.allocate(seq->id(), seq->num_computed_tokens + n)) {
       Sequence* victim = running_.back();
@@ -94,9 +99,13 @@ StepPlan Scheduler::schedule() {
   while (!waiting_.empty() && budget > 0 && num_running() < config_.max_batch_size) {
     Sequence* seq = waiting_.front();
     // Prompt logprobs need every prompt token computed: no cached prefix.
+    if (seq->wants_prompt_logits() && prompt_rows == 0) break;  // first come, first served: it waits a step
     const kv::PrefixMatch match = seq->wants_prompt_logits() ? kv::PrefixMatch{} : kv_.match_prefix(seq->tokens);
     int64_t n = std::min(seq->num_tokens() - match.num_tokens, budget);
-    if (seq->wants_prompt_logits()) n = std::min(n, kPromptLogitsChunk);
+    if (seq->wants_prompt_logits()) {
+      n = std::min(n, prompt_rows);
+      prompt_rows -= n;
+    }
     if (!kv_.allocate(seq->id(), match.num_tokens + n, &match)) break;
     seq->num_computed_tokens = match.num_tokens;
     seq->status = SequenceStatus::kRunning;

@@ -25,8 +25,9 @@ struct ScheduledChunk {
   int64_t num_logit_rows() const { return all_logits ? static_cast<int64_t>(token_ids.size()) : (sample ? 1 : 0); }
 };
 
-// A request that wants prompt logprobs computes at most this many prompt
-// tokens a step: each brings a logits row of the whole vocabulary.
+// The prompt tokens a step scores for prompt logprobs, all such requests
+// together: each brings a logits row of the whole vocabulary (the warm-up
+// sizes the workspace for these rows on top of one per sequence).
 inline constexpr int64_t kPromptLogitsChunk = 64;
 
 struct StepPlan {

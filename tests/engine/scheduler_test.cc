@@ -225,3 +225,41 @@ TEST_F(engineScheduler, FinishedSequencesLeaveAndFreeTheirBlocks) {
 
 }  // namespace
 }  // namespace tessera::engine
+
+namespace tessera::engine {
+namespace {
+
+// Prompt logprobs: every prompt token is computed (no cached prefix), with a
+// logits row for each, and the step's rows for them are capped for all such
+// requests together.
+TEST_F(engineScheduler, PromptScoringTakesNoCachedPrefixAndCapsItsRows) {
+  make(128, 4, 8, 8192, /*prefix=*/true);
+  const RequestId plain = add(ids(0, 40), 1);
+  step();  // its blocks are cached now
+  auto scored = [&](std::vector<int32_t> prompt) {
+    Request r;
+    r.id = next_++;
+    r.prompt = std::move(prompt);
+    r.max_tokens = 4;
+    r.prompt_logprobs = 0;
+    scheduler_->add(std::make_unique<Sequence>(r));
+    return r.id;
+  };
+  const RequestId a = scored(ids(0, 40));   // the cached prompt
+  const RequestId b = scored(ids(100, 40));
+  const RequestId c = add(ids(200, 10));
+  const StepPlan p = step();
+  const ScheduledChunk* ca = chunk_of(p, a);
+  const ScheduledChunk* cb = chunk_of(p, b);
+  ASSERT_TRUE(ca && cb && chunk_of(p, c));
+  EXPECT_EQ(ca->start_position, 0) << "a scored prompt took a cached prefix";
+  EXPECT_TRUE(ca->all_logits && cb->all_logits);
+  EXPECT_EQ(ca->token_ids.size(), 40u);
+  EXPECT_EQ(cb->token_ids.size(), static_cast<size_t>(kPromptLogitsChunk - 40));
+  EXPECT_FALSE(chunk_of(p, c)->all_logits);
+  EXPECT_EQ(p.num_logit_rows(), kPromptLogitsChunk + 1);  // a samples from its last scored row; c from its own
+  (void)plain;
+}
+
+}  // namespace
+}  // namespace tessera::engine
