@@ -21,13 +21,13 @@ void require(bool ok, const char* field, const std::string& what) {
 }
 
 // Ids ordered likeliest first, lowest id on a tie.
-bool likelier(const std::vector<float>& x, int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); }
+bool likelier(std::span<const float> x, int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); }
 
 // The `count` likeliest ids of x, likeliest first, lowest id on a tie. A
 // truncation keeps a few tokens of a vocabulary of 10^5, so the common case
 // is one pass with a small heap (an id enters only past the heap's worst,
 // which soon happens rarely); larger counts select with nth_element.
-std::vector<int32_t> top_ids(const std::vector<float>& x, size_t count) {
+std::vector<int32_t> top_ids(std::span<const float> x, size_t count) {
   const size_t vocab = x.size();
   count = std::min(count, vocab);
   auto better = [&](int32_t a, int32_t b) { return likelier(x, a, b); };
@@ -83,7 +83,7 @@ inline float exp_nonpositive(float t) {
 }
 
 // log Σ exp(x), summed in double (entries may be -inf; all -inf gives -inf).
-double log_sum_exp(const std::vector<float>& x) {
+double log_sum_exp(std::span<const float> x) {
   const float max_value = *std::max_element(x.begin(), x.end());
   if (max_value == kNegInf) return -std::numeric_limits<double>::infinity();
   constexpr size_t kChunk = 256;  // exps of a chunk in one vectorised pass, then their sum
@@ -106,8 +106,7 @@ double log_sum_exp(const std::vector<float>& x) {
 
 }  // namespace
 
-PromptTokenLogprob model_logprob(std::span<const float> logits, int32_t token, int32_t top) {
-  const std::vector<float> x(logits.begin(), logits.end());
+PromptTokenLogprob model_logprob(std::span<const float> x, int32_t token, int32_t top) {
   const double log_total = log_sum_exp(x);
   PromptTokenLogprob out;
   out.token = token;
@@ -205,7 +204,7 @@ void apply_penalties_and_masks(std::vector<float>& x, const SamplingParams& p, c
 SampleResult Sampler::sample(std::span<const float> logits, const SampleInputs& in) {
   TESSERA_CHECK(!logits.empty());
   const bool plain_greedy = takes_plain_argmax(params_) && in.masked.empty() && !in.logprobs && in.top_logprobs == 0;
-  if (plain_greedy) return {argmax(logits.data(), static_cast<int64_t>(logits.size()))};  // nothing to copy
+  if (plain_greedy) return {argmax(logits.data(), static_cast<int64_t>(logits.size())), 0.0f, {}};  // nothing to copy
   std::vector<float> x(logits.begin(), logits.end());
   apply_penalties_and_masks(x, params_, in);
   const bool greedy = params_.temperature <= 0.0f;
