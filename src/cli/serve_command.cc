@@ -159,7 +159,7 @@ int run_serve(const ServeArgs& a) {
   api_options.max_concurrent_requests = a.max_concurrent_requests;
   api_options.max_log_len = static_cast<size_t>(a.max_log_len);
   // GET /terminate takes the SIGTERM path: the signal thread drains and stops.
-  if (a.allow_terminate_by_client) api_options.terminate = [] { ::kill(::getpid(), SIGTERM); };
+  if (a.allow_terminate_by_client) api_options.request_shutdown = [] { ::kill(::getpid(), SIGTERM); };
   server::ApiServer api(api_options);
 
   server::HttpServerOptions http_options;

@@ -144,7 +144,7 @@ HttpResponse ApiServer::route(const HttpRequest& request, const std::string& rou
                    "invalid_request_error", std::nullopt, "invalid_api_key");
   }
   if (route == "/v1/models") return models();
-  if (route == "/terminate") return terminate();
+  if (route == "/terminate") return shutdown_by_client();
   if (draining_) throw ApiError(503, "the server is shutting down", "service_unavailable");
   std::shared_ptr<const ServingContext> ctx = context();
   if (!ctx) throw ApiError(503, "the model is still loading; retry when /health says ready", "service_unavailable");
@@ -160,13 +160,13 @@ HttpResponse ApiServer::route(const HttpRequest& request, const std::string& rou
 
 // LMDeploy's GET /terminate: with --allow-terminate-by-client, the server
 // shuts down as on SIGTERM (requests in flight finish); otherwise 400.
-HttpResponse ApiServer::terminate() {
-  if (!options_.terminate) {
+HttpResponse ApiServer::shutdown_by_client() {
+  if (!options_.request_shutdown) {
     throw ApiError(400, "this server cannot be terminated by a client: start it with --allow-terminate-by-client",
                    "invalid_request_error");
   }
   log_info("GET /terminate: shutting down as on SIGTERM");
-  options_.terminate();
+  options_.request_shutdown();
   return HttpResponse{};
 }
 

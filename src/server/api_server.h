@@ -50,8 +50,9 @@ struct ApiOptions {
   CorsOptions cors;
   int64_t max_concurrent_requests = 0;   // generation requests at once; 0: no limit (beyond that: 429)
   size_t max_log_len = 0;                // prompt characters in debug logs; 0: all
-  // GET /terminate calls this (--allow-terminate-by-client); unset: refused with 400.
-  std::function<void()> terminate;
+  // GET /terminate calls this (--allow-terminate-by-client: it starts the
+  // graceful shutdown SIGTERM starts); unset: the route answers 400.
+  std::function<void()> request_shutdown;
 };
 
 // What the routes need once the model is loaded. The references must outlive
@@ -92,7 +93,7 @@ class ApiServer {
  private:
   HttpResponse route(const HttpRequest& request, const std::string& route);
   HttpResponse health() const;
-  HttpResponse terminate();
+  HttpResponse shutdown_by_client();
   HttpResponse models() const;
   HttpResponse render_metrics() const;
   HttpResponse chat_completions(const HttpRequest& request, const ServingContext& context);
