@@ -35,7 +35,7 @@ class engineScheduler : public ::testing::Test {
   // Runs one step with token 7 sampled for every sampling chunk.
   StepPlan step() {
     StepPlan plan = scheduler_->schedule();
-    std::vector<SampleResult> sampled(plan.num_sampling(), SampleResult{7});
+    std::vector<SampleResult> sampled(plan.num_sampling(), SampleResult{7, 0.0f, {}});
     scheduler_->update(plan, sampled);
     return plan;
   }
@@ -140,7 +140,8 @@ TEST_F(engineScheduler, OutOfBlocksPreemptsTheNewestAndRecomputesItLater) {
 
 TEST_F(engineScheduler, PreemptsTheNewestFirstAndReadmitsInArrivalOrder) {
   make(6, 4, 8, 64);
-  RequestId a = add(ids(0, 4), /*max_tokens=*/10), b = add(ids(10, 4), 10), c = add(ids(20, 4), 6);
+  add(ids(0, 4), /*max_tokens=*/10);  // a, the oldest: never preempted
+  RequestId b = add(ids(10, 4), 10), c = add(ids(20, 4), 6);
   std::vector<std::vector<RequestId>> preemptions;
   std::vector<RequestId> readmitted;  // sequences recomputed from position 0 after a preemption
   for (int i = 0; i < 40 && !scheduler_->empty(); ++i) {
@@ -184,7 +185,7 @@ TEST_F(engineScheduler, EveryStepKeepsTheBudgetAndTheBatchAndServesEveryRunningD
     if (p.preempted.empty()) {
       for (RequestId id : decoding) EXPECT_NE(chunk_of(p, id), nullptr) << "decode of " << id << " starved at step " << i;
     }
-    auto updates = scheduler_->update(p, std::vector<SampleResult>(p.num_sampling(), SampleResult{7}));
+    auto updates = scheduler_->update(p, std::vector<SampleResult>(p.num_sampling(), SampleResult{7, 0.0f, {}}));
     for (const auto& u : updates) {
       if (u.finish) live.erase(u.id);
     }
@@ -215,7 +216,7 @@ TEST_F(engineScheduler, FinishedSequencesLeaveAndFreeTheirBlocks) {
   step();
   EXPECT_NE(scheduler_->find(a), nullptr);
   StepPlan p = scheduler_->schedule();
-  auto updates = scheduler_->update(p, {SampleResult{7}});
+  auto updates = scheduler_->update(p, {SampleResult{7, 0.0f, {}}});
   ASSERT_EQ(updates.size(), 1u);
   EXPECT_EQ(updates[0].finish, FinishReason::kLength);
   EXPECT_EQ(scheduler_->find(a), nullptr);
@@ -223,18 +224,12 @@ TEST_F(engineScheduler, FinishedSequencesLeaveAndFreeTheirBlocks) {
   EXPECT_TRUE(scheduler_->empty());
 }
 
-}  // namespace
-}  // namespace tessera::engine
-
-namespace tessera::engine {
-namespace {
-
 // Prompt logprobs: every prompt token is computed (no cached prefix), with a
 // logits row for each, and the step's rows for them are capped for all such
 // requests together.
 TEST_F(engineScheduler, PromptScoringTakesNoCachedPrefixAndCapsItsRows) {
   make(128, 4, 8, 8192, /*prefix=*/true);
-  const RequestId plain = add(ids(0, 40), 1);
+  add(ids(0, 40), 1);
   step();  // its blocks are cached now
   auto scored = [&](std::vector<int32_t> prompt) {
     Request r;
@@ -258,7 +253,6 @@ TEST_F(engineScheduler, PromptScoringTakesNoCachedPrefixAndCapsItsRows) {
   EXPECT_EQ(cb->token_ids.size(), static_cast<size_t>(kPromptLogitsChunk - 40));
   EXPECT_FALSE(chunk_of(p, c)->all_logits);
   EXPECT_EQ(p.num_logit_rows(), kPromptLogitsChunk + 1);  // a samples from its last scored row; c from its own
-  (void)plain;
 }
 
 }  // namespace

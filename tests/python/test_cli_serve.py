@@ -34,11 +34,15 @@ def serve(binary, *args):
     (["--quant-policy", "3"], "quant-policy"),
     (["--max-batch-size", "zero"], "max-batch-size"),
     (["--communicator", "mpi"], "--communicator"),
+    (["--tool-call-parser", "granite"], "--tool-call-parser granite: no such parser"),
+    (["--tool-call-parser", "granite"], "internlm, qwen, llama3, mistral"),
+    (["--reasoning-parser", "o1"], "deepseek-r1, qwen-qwq"),
 ])
 def test_bad_flags_are_usage_errors_naming_the_problem(tessera_bin, demo_dir, args, message):
     r = serve(tessera_bin, demo_dir, *args)
     assert r.returncode != 0
     assert message in r.stderr + r.stdout
+    assert "loading" not in r.stderr  # refused before the model is read
 
 
 def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):

@@ -3,13 +3,12 @@
 reasoning_content, whole or streamed, and with tools reads calls from the answer after it."""
 
 import json
-import subprocess
 
 import openai
 import pytest
 
 from scripted_model import scripted_model
-from test_server_helpers import Server, make_demo_model
+from test_server_helpers import Server
 
 QUESTION = [{"role": "user", "content": "What is two and two?"}]
 CHATML = [("<|im_start|>", True)]
@@ -109,11 +108,3 @@ def test_reasoning_then_a_tool_call(tessera_bin, testdata, tmp_path):
         assert (reasoning, calls) == ("I need the weather.", {0: "get_weather"})
     finally:
         assert s.stop() == 0
-
-
-def test_an_unknown_reasoning_parser_is_refused_before_loading(tessera_bin, tmp_path):
-    demo = make_demo_model(tessera_bin, tmp_path / "demo")
-    r = subprocess.run([str(tessera_bin), "serve", "api_server", str(demo), "--server-port", "0",
-                        "--reasoning-parser", "o1"], capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
-    assert "--reasoning-parser o1" in r.stderr and "deepseek-r1, qwen-qwq" in r.stderr

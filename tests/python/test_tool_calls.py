@@ -8,14 +8,13 @@ answer into `tool_calls` are the real ones.
 """
 
 import json
-import subprocess
 
 import openai
 import pytest
 import requests
 
 from scripted_model import scripted_model
-from test_server_helpers import Server, make_demo_model
+from test_server_helpers import Server
 
 TOOLS = [
     {"type": "function", "function": {
@@ -226,12 +225,3 @@ def test_a_template_that_drops_tools_is_refused_with_the_fix(tessera_bin, tmp_pa
                              json={"model": "demo", "messages": WEATHER, "max_tokens": 4}).status_code == 200
     finally:
         assert s.stop() == 0
-
-
-def test_an_unknown_tool_call_parser_is_refused_before_loading(tessera_bin, tmp_path):
-    demo = make_demo_model(tessera_bin, tmp_path / "demo")
-    r = subprocess.run([str(tessera_bin), "serve", "api_server", str(demo), "--server-port", "0",
-                        "--tool-call-parser", "granite"], capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
-    assert "--tool-call-parser granite" in r.stderr and "internlm, qwen, llama3, mistral" in r.stderr
-    assert "loading" not in r.stderr
