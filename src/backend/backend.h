@@ -6,6 +6,7 @@
 // serve: they see tensors and plain parameters.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -55,6 +56,12 @@ struct LinearFusion {
   float eps = 0.0f;
   bool accumulate = false;
   const Tensor* scratch = nullptr;
+  // The weights the forward reads after the ops that follow this product, in
+  // the order it reads them, when those ops read little memory (decode
+  // attention after the qkv projection): a backend may start moving as much
+  // of them as its cache holds while those ops run. A hint; no result
+  // depends on it.
+  std::array<const Tensor*, 2> prefetch{};
 };
 
 class Backend {

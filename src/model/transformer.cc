@@ -206,7 +206,11 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
   for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     backend::PagedKvLayer& kv = cache.layers[layer];
-    project(residual, normed_by(w.attn_norm), w.qkv, w.qkv_w4, w.qkv_bias, qkv, &pending);
+    backend::LinearFusion qkv_fusion = normed_by(w.attn_norm);
+    // Attention reads little memory: the weights after it may move meanwhile.
+    qkv_fusion.prefetch = {w.o_w4.defined() ? &w.o_w4.qweight : &w.o,
+                           w.gate_up_w4.defined() ? &w.gate_up_w4.qweight : &w.gate_up};
+    project(residual, qkv_fusion, w.qkv, w.qkv_w4, w.qkv_bias, qkv, &pending);
     if (trace_) {  // the rotated q and k are traced: the separate ops
       backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
                                     cache.block_size);

@@ -11,6 +11,7 @@
 #include "../compare.h"
 #include "backend/backend.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/l2_prefetch.h"
 
 namespace tessera::backend {
 namespace {
@@ -173,6 +174,13 @@ TEST_P(CudaFusedGemv, EveryVariantMatchesTheSeparateCpuOps) {
       gemv.accumulate = f.accumulate;
       ASSERT_TRUE(cuda::gemv_fusion_supported(gemv, gx.raw_data(), gw.raw_data(), m, k, dtype_, dtype_));
       for (int rows : {1, 2, 4}) {
+        // Two rows a warp also warm L2 with the weight (a hint: the same result).
+        gemv.prefetch = {};
+        if (rows == 2) {
+          gemv.prefetch.base[0] = gemv.prefetch.base[1] = static_cast<const char*>(gw.raw_data());
+          gemv.prefetch.bytes[0] = static_cast<int64_t>(gw.nbytes() / 32 * 16);
+          gemv.prefetch.bytes[1] = static_cast<int64_t>(gw.nbytes() / 16 * 16);
+        }
         Tensor y = cuda_->upload_weight(o.start);
         cuda_->synchronize();
         cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, rows, gemv,
@@ -194,9 +202,13 @@ TEST_P(CudaFusedGemv, TheBackendsFusedLinearMatchesTheSeparateCpuOps) {
       Operands o = make(f, m, n, k, 30);
       Tensor gx = cuda_->upload_weight(o.x), gw = cuda_->upload_weight(o.w), gg = cuda_->upload_weight(o.g);
       Tensor gb = f.bias ? cuda_->upload_weight(o.bias) : Tensor();
-      for (int call = 0; call < 2; ++call) {  // the first call times the candidates, the second uses the choice
+      // The first call times the candidates, the second uses the choice, the
+      // third also prefetches a weight (the next layer's, in a forward).
+      for (int call = 0; call < 3; ++call) {
         Tensor y = cuda_->upload_weight(o.start);
-        cuda_->fused_linear(gx, fusion(f, gg), gw, QuantizedWeight(), gb, y);
+        LinearFusion with = fusion(f, gg);
+        if (call == 2) with.prefetch = {&gw, &gx};
+        cuda_->fused_linear(gx, with, gw, QuantizedWeight(), gb, y);
         Tensor got = cuda_->to_host_f32(y);
         auto c = testing::compare(got.data<float>(), o.expected.data<float>(), static_cast<size_t>(m * n));
         EXPECT_TRUE(close_enough(c, dtype_)) << describe(f, m, n, k) << " call " << call << ": " << c.describe();
@@ -225,6 +237,41 @@ TEST_P(CudaFusedGemv, AMissingResidualOrNormIsCaught) {
     EXPECT_FALSE(close_enough(testing::compare(got.data<float>(), wrong.data<float>(), m * n), dtype_))
         << describe(f, m, n, k);
   }
+}
+
+// The prefetch kernel of its own (l2_prefetch.h) between two products that
+// depend on each other: y = x·wᵀ, the prefetch (two ranges, sizes that are
+// not whole lines), y += x·wᵀ. The second GEMV waits only on the prefetch
+// kernel, so a prefetch kernel that did not wait for the first GEMV would
+// let it read y early; the result must be 2·x·wᵀ, and a plain x·wᵀ fails it.
+TEST_P(CudaFusedGemv, APrefetchKernelBetweenTwoProductsKeepsTheirOrder) {
+  const int64_t m = 1, n = 4096, k = 4096;
+  const FusionCase once{LinearFusion::Input::kAsIs, false, false};
+  Operands o = make(once, m, n, k, 50);
+  Tensor twice = o.expected.to_f32();
+  for (int64_t i = 0; i < m * n; ++i) twice.data<float>()[i] *= 2.0f;
+  Tensor gx = cuda_->upload_weight(o.x), gw = cuda_->upload_weight(o.w);
+  Tensor y = cuda_->upload_weight(o.start);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cuda_->synchronize();
+  for (int repeat = 0; repeat < 20; ++repeat) {
+    cuda::GemvFusion plain, add;
+    add.accumulate = true;
+    cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, 1, plain, stream);
+    cuda::PrefetchRanges ranges;
+    ranges.base[0] = static_cast<const char*>(gw.raw_data());
+    ranges.bytes[0] = 1040;
+    ranges.base[1] = static_cast<const char*>(gw.raw_data()) + 4096;
+    ranges.bytes[1] = static_cast<int64_t>(gw.nbytes()) - 4096 - 16;
+    cuda::launch_prefetch_l2(ranges, 132, stream);
+    cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, 1, add, stream);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  Tensor got = cuda_->to_host_f32(y);
+  EXPECT_TRUE(close_enough(testing::compare(got.data<float>(), twice.data<float>(), m * n), dtype_));
+  EXPECT_FALSE(close_enough(testing::compare(got.data<float>(), o.expected.data<float>(), m * n), dtype_));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedGemv, ::testing::Values(DType::kF16, DType::kBF16),

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
@@ -23,6 +24,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/dtype_dispatch.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/prefill_kernel_choice.h"
 #include "backend/cuda/prefill_sm90.h"
 #include "backend/cuda/w4_linear.h"
@@ -37,6 +39,26 @@ using cuda::CudaAllocator;
 using cuda::dispatch;
 using cuda::Gemm;
 using cuda::ptr;
+
+// Most bytes of later weights a decode step warms L2 with (l2_prefetch.cuh),
+// from TESSERA_L2_PREFETCH_MB: "auto" three quarters of the device's L2
+// (room left for what the kernels between stream through it), a number that
+// many MB; unset or 0, none. Off unless asked for: its effect on a step has
+// not been measured yet (docs/ARCHITECTURE.md).
+size_t l2_prefetch_budget(int index) {
+  const char* setting = std::getenv("TESSERA_L2_PREFETCH_MB");
+  if (setting == nullptr) return 0;
+  if (std::string(setting) == "auto") {
+    int l2 = 0;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, index));
+    return static_cast<size_t>(l2) / 4 * 3;
+  }
+  char* end = nullptr;
+  const double mb = std::strtod(setting, &end);
+  if (end != setting && *end == '\0' && mb >= 0) return static_cast<size_t>(mb * 1024 * 1024);
+  log_warning("TESSERA_L2_PREFETCH_MB={} is neither auto nor a number of MB: no L2 prefetch", setting);
+  return 0;
+}
 
 // A device copy of a small host int/float vector, reallocated only when it
 // grows (then `generation` is bumped: recorded graphs read the old buffer).
@@ -105,6 +127,8 @@ class CudaBackend final : public Backend {
     int count = 1;
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index));
     multiprocessors_ = count;
+    l2_prefetch_bytes_ = l2_prefetch_budget(index);
+    if (const char* mode = std::getenv("TESSERA_L2_PREFETCH_KERNEL")) l2_prefetch_kernel_ = std::string(mode) == "1";
     const CudaDeviceInfo info = cuda_device_info(index);
     kernel_capability_ = info.effective_capability();
     device_capability_ = info.device_capability();
@@ -411,7 +435,10 @@ class CudaBackend final : public Backend {
     }
     // The 4-bit kernels take the input as it is: forming it inside the
     // tensor-core kernel measured slower than the separate op (BENCHMARKS.md).
-    if (packed.defined()) return quantized_product(formed_input(x, fusion), packed, bias, out, fusion.accumulate);
+    if (packed.defined()) {
+      quantized_product(formed_input(x, fusion), packed, bias, out, fusion.accumulate);
+      return prefetch_after_product(fusion);
+    }
     const int64_t in = fusion.input == LinearFusion::Input::kSiluMul ? x.dim(1) / 2 : x.dim(1);
     const bool fusable = x.dtype() == compute_dtype_ && weight.dtype() == x.dtype() && weight.dim(1) == in &&
                          out.dim(0) == x.dim(0) && out.dim(1) == weight.dim(0) &&
@@ -429,12 +456,36 @@ class CudaBackend final : public Backend {
       }
       gemv.bias = bias.defined() ? bias.raw_data() : nullptr;
       gemv.accumulate = fusion.accumulate;
+      if (!l2_prefetch_kernel_) gemv.prefetch = prefetch_ranges(fusion);
       if (gemm_->linear_fused(x.raw_data(), weight.raw_data(), out.raw_data(), x.dim(0), weight.dim(0), in, x.dtype(),
                               out.dtype(), gemv)) {
+        if (l2_prefetch_kernel_) prefetch_after_product(fusion);
         return;
       }
     }
     product(formed_input(x, fusion), weight, bias, out, fusion.accumulate);
+  }
+
+  // A LinearFusion's prefetch weights, in order, cut to the L2 budget.
+  cuda::PrefetchRanges prefetch_ranges(const LinearFusion& fusion) const {
+    cuda::PrefetchRanges ranges;
+    size_t left = l2_prefetch_bytes_;
+    for (size_t i = 0; i < fusion.prefetch.size(); ++i) {
+      const Tensor* weight = fusion.prefetch[i];
+      if (weight == nullptr || !weight->defined() || weight->device() != device()) continue;
+      const size_t bytes = std::min(weight->nbytes(), left) / 16 * 16;
+      ranges.base[i] = static_cast<const char*>(weight->raw_data());
+      ranges.bytes[i] = static_cast<int64_t>(bytes);
+      left -= bytes;
+    }
+    return ranges;
+  }
+
+  // The prefetch as a kernel of its own, after a product whose kernel takes none.
+  void prefetch_after_product(const LinearFusion& fusion) {
+    const cuda::PrefetchRanges ranges = prefetch_ranges(fusion);
+    if (staging_ || ranges.total() == 0) return;
+    cuda::launch_prefetch_l2(ranges, static_cast<int>(multiprocessors_), stream_);
   }
 
   // x itself, or the separate op's rms_norm / silu_mul of it in the caller's
@@ -651,6 +702,9 @@ class CudaBackend final : public Backend {
   int64_t prepared_tokens_ = -1;
   int64_t decode_max_context_ = 0;     // longest key range of the step's last tokens
   int64_t multiprocessors_ = 1;
+  size_t l2_prefetch_bytes_ = 0;
+  // TESSERA_L2_PREFETCH_KERNEL=1: the 16-bit GEMVs' prefetch by its own kernel too (a measurement switch).
+  bool l2_prefetch_kernel_ = false;
   bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
   Tensor sampled_ids_;                 // [rows] i32: sampled ids before their copy to the host
   Tensor sampling_rows_, logit_edits_; // bytes of a step's SamplingRows and LogitEdits (never read by graphs)

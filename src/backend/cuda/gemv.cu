@@ -18,6 +18,8 @@
 //   - SiLU·mul: x is gate | up (row stride 2k); silu(gate)·up is formed in
 //     f32 as the chunks are read.
 //   - bias and accumulate (y += result: the residual stream) in the store.
+//   - a prefetch of a later kernel's weight into L2 after the weight loop
+//     (l2_prefetch.cuh), each warp one slice.
 // The fused inputs are never rounded to 16 bits (the separate ops round them
 // once), so the fused result is nearer the f32 reference, not further.
 #include <cuda_bf16.h>
@@ -29,6 +31,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "core/error.h"
 
 namespace tessera::backend::cuda {
@@ -63,7 +66,7 @@ template <typename T, typename TOut, int kM, int kR, FusedInput kInput>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, TOut* __restrict__ y, int m, int64_t n, int64_t k,
                 const T* __restrict__ norm_weight, float eps, const T* __restrict__ bias, bool accumulate,
-                bool early) {
+                bool early, PrefetchRanges prefetch) {
   if (!early) wait_for_previous_kernel();
   constexpr int kUnroll = 8 / kR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -144,6 +147,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
   }
   if (early) allow_next_kernel();
+  // Warps past n returned above, so the slices are cut among those that did not.
+  prefetch_l2_slice(prefetch, int64_t(blockIdx.x) * kGemvWarps + warp, (n + kR - 1) / kR, lane);
 #pragma unroll
   for (int i = 0; i < kM; ++i) {
     if (i >= m) break;
@@ -174,7 +179,7 @@ void launch_rows(const T* x, const T* w, TOut* y, int64_t m, int64_t n, int64_t 
   const T* bias = static_cast<const T*>(f.bias);
 #define TESSERA_GEMV_M(M)                                                                                   \
   launch_after(gemv_kernel<T, TOut, M, kR, kInput>, grid, kGemvWarps * 32, 0, stream, x, w, y, mm, n, k, g, \
-               f.eps, bias, f.accumulate, early_successor_launch() && programmatic_launch_enabled())
+               f.eps, bias, f.accumulate, early_successor_launch() && programmatic_launch_enabled(), f.prefetch)
   if (m == 1) TESSERA_GEMV_M(1);
   else if (m == 2) TESSERA_GEMV_M(2);
   else if (m <= 4) TESSERA_GEMV_M(4);
@@ -222,6 +227,10 @@ bool gemv_fusion_supported(const GemvFusion& fusion, const void* x, const void* 
                            DType in_dtype, DType out_dtype) {
   if (!gemv_supported(x, w, m, k, in_dtype, out_dtype)) return false;
   if (fusion.input != FusedInput::kPlain && out_dtype != in_dtype) return false;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t bytes = fusion.prefetch.bytes[i];
+    if (bytes < 0 || (bytes > 0 && (!aligned16(fusion.prefetch.base[i]) || bytes % 16 != 0))) return false;
+  }
   return fusion.input != FusedInput::kRmsNorm || (fusion.norm_weight != nullptr && aligned16(fusion.norm_weight));
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/l2_prefetch.h"
 #include "core/dtype.h"
 
 namespace tessera::backend::cuda {
@@ -31,6 +32,9 @@ struct GemvFusion {
   float eps = 0.0f;
   const void* bias = nullptr;
   bool accumulate = false;
+  // What to warm the L2 cache with once the weight loop is done (each warp
+  // one slice), so it is on chip for the kernels after the next one.
+  PrefetchRanges prefetch;
 };
 
 // Whether launch_gemv handles these sizes and pointers: m in [1, 16], k a
