@@ -39,6 +39,11 @@ struct Request {
   // alternatives (0..20); such a request's prompt is always computed (never
   // taken from the prefix cache) and at most kPromptLogitsChunk tokens a step.
   int32_t prompt_logprobs = -1;
+  // An earlier request with the same prompt (another of n choices), or 0:
+  // this one is admitted once that one has computed its prompt and takes its
+  // full blocks instead of computing them again, with prefix caching on or
+  // off. An id no longer (or never) in the engine means nothing.
+  RequestId shares_prompt_with = 0;
   Clock::time_point arrival = Clock::now();
 };
 

@@ -70,7 +70,7 @@ std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& ou
   if (!output.token_ids.empty()) {
     TESSERA_CHECK(static_cast<int64_t>(output.token_ids.size()) == rows);
     TESSERA_CHECK(plan.device_sampling.has_value());
-    for (int32_t id : output.token_ids) results.push_back({id});
+    for (int32_t id : output.token_ids) results.push_back(SampleResult{id, 0.0f, {}});
     return results;
   }
   const Tensor& logits = output.logits;

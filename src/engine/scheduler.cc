@@ -66,6 +66,33 @@ void Scheduler::add_chunk(StepPlan& plan, const Sequence& seq, int64_t num_new) 
   plan.chunks.push_back(std::move(chunk));
 }
 
+const Sequence* Scheduler::prompt_leader(const Sequence& seq) const {
+  const RequestId leader = seq.request.shares_prompt_with;
+  if (leader == 0 || leader == seq.id()) return nullptr;
+  auto it = sequences_.find(leader);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+bool Scheduler::waits_for_leader(const Sequence& seq) const {
+  if (seq.wants_prompt_logits()) return false;  // its prompt is computed anyway
+  const Sequence* leader = prompt_leader(seq);
+  return leader != nullptr && !leader->wants_prompt_logits() &&
+         leader->num_computed_tokens < leader->num_prompt_tokens;
+}
+
+kv::PrefixMatch Scheduler::starting_blocks(const Sequence& seq) const {
+  if (seq.wants_prompt_logits()) return kv::PrefixMatch{};  // every prompt token's logits: nothing cached
+  kv::PrefixMatch match = kv_.match_prefix(seq.tokens);
+  const Sequence* leader = prompt_leader(seq);
+  if (leader == nullptr || !kv_.contains(leader->id())) return match;
+  // Tokens both have and the leader has computed, leaving one of seq's to compute (its logits are needed).
+  const int64_t limit = std::min({leader->num_computed_tokens, leader->num_tokens(), seq.num_tokens() - 1});
+  int64_t common = 0;
+  while (common < limit && leader->tokens[common] == seq.tokens[common]) ++common;
+  kv::PrefixMatch shared = kv_.share_blocks(leader->id(), common, seq.num_tokens());
+  return shared.num_tokens > match.num_tokens ? shared : match;
+}
+
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   int64_t budget = config_.max_num_batched_tokens;
@@ -96,11 +123,16 @@ StepPlan Scheduler::schedule() {
   }
 
   if (!plan.preempted.empty()) return plan;
-  while (!waiting_.empty() && budget > 0 && num_running() < config_.max_batch_size) {
-    Sequence* seq = waiting_.front();
-    // Prompt logprobs need every prompt token computed: no cached prefix.
-    if (seq->wants_prompt_logits() && prompt_rows == 0) break;  // first come, first served: it waits a step
-    const kv::PrefixMatch match = seq->wants_prompt_logits() ? kv::PrefixMatch{} : kv_.match_prefix(seq->tokens);
+  // First come, first served, except that a choice waiting for its leader's
+  // prompt lets those behind it go first.
+  for (size_t i = 0; i < waiting_.size() && budget > 0 && num_running() < config_.max_batch_size;) {
+    Sequence* seq = waiting_[i];
+    if (waits_for_leader(*seq)) {
+      ++i;
+      continue;
+    }
+    if (seq->wants_prompt_logits() && prompt_rows == 0) break;  // it waits a step, and so do those behind it
+    const kv::PrefixMatch match = starting_blocks(*seq);
     int64_t n = std::min(seq->num_tokens() - match.num_tokens, budget);
     if (seq->wants_prompt_logits()) {
       n = std::min(n, prompt_rows);
@@ -109,7 +141,7 @@ StepPlan Scheduler::schedule() {
     if (!kv_.allocate(seq->id(), match.num_tokens + n, &match)) break;
     seq->num_computed_tokens = match.num_tokens;
     seq->status = SequenceStatus::kRunning;
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     running_.push_back(seq);
     add_chunk(plan, *seq, n);
     budget -= n;

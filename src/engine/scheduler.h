@@ -13,6 +13,9 @@
 //     served while the batch (max_batch_size), the budget and the blocks allow;
 //     the first that does not fit stops admission (no overtaking). An admitted
 //     sequence first takes its cached prefix (kv prefix caching), then a chunk.
+//     Another choice of a prompt (Request::shares_prompt_with) is passed over
+//     until its leader has computed the prompt, then takes the leader's full
+//     blocks, so n choices compute their prompt once, caching on or off.
 // Invariants: every running sequence holds blocks for [0, num_computed_tokens);
 // waiting sequences hold none; the plan's token count <= the budget; the number
 // of running sequences <= max_batch_size.
@@ -72,6 +75,13 @@ class Scheduler {
  private:
   void preempt(Sequence* seq, StepPlan& plan);
   void add_chunk(StepPlan& plan, const Sequence& seq, int64_t num_new) const;
+  // The sequence `seq` shares its prompt with (Request::shares_prompt_with), if still here.
+  const Sequence* prompt_leader(const Sequence& seq) const;
+  // Whether a waiting `seq` stays waiting this step: its leader has not computed its prompt yet.
+  bool waits_for_leader(const Sequence& seq) const;
+  // The computed blocks a newly admitted `seq` starts from: the prefix cache's
+  // match or its leader's blocks, whichever covers more (none when scoring).
+  kv::PrefixMatch starting_blocks(const Sequence& seq) const;
 
   SchedulerConfig config_;
   StopConfig stop_;

@@ -29,6 +29,21 @@ PrefixMatch KvCacheManager::match_prefix(std::span<const int32_t> tokens) const 
   return match;
 }
 
+PrefixMatch KvCacheManager::share_blocks(SeqId from, int64_t num_tokens, int64_t num_query_tokens) const {
+  PrefixMatch match;
+  match.num_query_tokens = num_query_tokens;
+  auto it = tables_.find(from);
+  if (it == tables_.end() || num_tokens <= 0) return match;
+  const SeqBlocks& entry = it->second;
+  const size_t blocks = std::min(static_cast<size_t>(num_tokens / block_size()), entry.blocks.size());
+  match.blocks.assign(entry.blocks.begin(), entry.blocks.begin() + static_cast<std::ptrdiff_t>(blocks));
+  // The hash chain of those blocks where `from` has published them.
+  match.hashes.assign(entry.hashes.begin(),
+                      entry.hashes.begin() + static_cast<std::ptrdiff_t>(std::min(blocks, entry.hashes.size())));
+  match.num_tokens = static_cast<int64_t>(blocks) * block_size();
+  return match;
+}
+
 bool KvCacheManager::allocate(SeqId seq, int64_t num_tokens, const PrefixMatch* prefix) {
   auto it = tables_.find(seq);
   const bool fresh = it == tables_.end();

@@ -54,6 +54,13 @@ class KvCacheManager {
   // least one token uncovered (its logits are needed). Empty when disabled.
   PrefixMatch match_prefix(std::span<const int32_t> tokens) const;
 
+  // The first full blocks of `from`'s table that lie within its first
+  // `num_tokens` tokens, as a match for a sequence whose tokens equal `from`'s
+  // that far (another choice of the same prompt): passed to allocate like a
+  // match_prefix result, with prefix caching on or off. num_query_tokens: the
+  // new sequence's token count (the hit statistics). Empty for an unknown id.
+  PrefixMatch share_blocks(SeqId from, int64_t num_tokens, int64_t num_query_tokens) const;
+
   // Gives `seq` blocks for positions [0, num_tokens). A sequence new to the
   // manager takes `prefix`'s blocks first (pass the match_prefix result, or
   // null). Returns false and changes nothing when the pool is short.

@@ -150,9 +150,11 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
   auto notifier = std::make_shared<Notifier>();
   std::vector<std::unique_ptr<Generation>> generations;
   for (const std::vector<int32_t>& prompt : prompts) {
+    engine::RequestId first_choice = 0;  // the others take its computed prompt (Request::shares_prompt_with)
     for (int32_t j = 0; j < options.n; ++j) {
       engine::Request request;
       request.prompt = prompt;
+      request.shares_prompt_with = first_choice;
       request.sampling = options.sampling;
       request.sampling.seed += static_cast<uint64_t>(j);
       request.stop_ids = options.stop_token_ids;
@@ -172,6 +174,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
         if (e.kind() != ErrorKind::kInvalidArgument) throw;
         throw bad_request(e.message(), std::nullopt, "invalid_value");
       }
+      if (j == 0) first_choice = stream->id();
       generations.push_back(std::make_unique<Generation>(*ctx.engine, *ctx.tokenizer, metrics_, stream, options,
                                                          static_cast<int64_t>(prompt.size()), arrival));
     }

@@ -65,21 +65,25 @@ std::vector<std::vector<int32_t>> mixed_prompts(const std::vector<int32_t>& seed
 }
 
 // Runs every prompt at once through an engine with 8-token steps, at most 4
-// running sequences and `num_blocks` blocks of 4 tokens.
-Outcome run_batched(model::Transformer& model, const std::vector<std::vector<int32_t>>& prompts, int64_t num_blocks) {
+// running sequences and `num_blocks` blocks of 4 tokens. leaders[i] >= 0:
+// request i is another choice of request leaders[i]'s prompt
+// (Request::shares_prompt_with).
+Outcome run_batched(model::Transformer& model, const std::vector<std::vector<int32_t>>& prompts, int64_t num_blocks,
+                    bool prefix_caching = true, const std::vector<int>& leaders = {}, int64_t max_running = 4) {
   EngineConfig config;
   config.block_size = kBlockSize;
   config.num_blocks = num_blocks;
   config.session_len = 48;
-  config.scheduler = {4, 8};
-  config.enable_prefix_caching = true;
+  config.scheduler = {max_running, 8};
+  config.enable_prefix_caching = prefix_caching;
   Outcome out;
   Engine engine(config, std::make_unique<CountingExecutor>(model, num_blocks, &out.partial_prefills));
   std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const auto& p : prompts) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
     Request r;
-    r.prompt = p;
+    r.prompt = prompts[i];
     r.max_tokens = kMaxTokens;
+    if (i < leaders.size() && leaders[i] >= 0) r.shares_prompt_with = streams[static_cast<size_t>(leaders[i])]->id();
     streams.push_back(engine.submit(r));
   }
   for (size_t i = 0; i < streams.size(); ++i) {
@@ -110,12 +114,24 @@ void expect_batched_equals_alone(model::Transformer& model, const std::vector<in
   EXPECT_GT(batched.stats.preemptions, 0) << name << ": the pool was meant to be too small";
   EXPECT_GT(batched.partial_prefills, 0) << name << ": prompts were meant to be prefilled in chunks";
   EXPECT_EQ(batched.stats.kv.used_blocks, 0) << name;
+  GenerateOptions alone;
+  alone.max_new_tokens = kMaxTokens;
+  alone.block_size = kBlockSize;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerateOptions alone;
-    alone.max_new_tokens = kMaxTokens;
-    alone.block_size = kBlockSize;
     EXPECT_EQ(batched.tokens[i], generate(model, prompts[i], alone).tokens)
         << name << " request " << i << " (prompt of " << prompts[i].size() << " tokens)";
+  }
+  // Prefix caching off, room for all at once: the 29-token prompt with two
+  // more choices of it, the seed prompt with one. The choices start from
+  // their leader's blocks (the only prefix hits there can be) and still give
+  // the prompt's own tokens.
+  const std::vector<std::vector<int32_t>> with_choices = {prompts[2], prompts[2], prompts[2], prompts[0], prompts[0]};
+  const std::vector<int> leaders = {-1, 0, 0, -1, 3};
+  const Outcome chosen = run_batched(model, with_choices, 64, /*prefix_caching=*/false, leaders, 8);
+  EXPECT_GT(chosen.stats.kv.prefix_hit_tokens, 0) << name << ": no choice started from its leader's blocks";
+  EXPECT_EQ(chosen.stats.kv.used_blocks, 0) << name;
+  for (size_t i = 0; i < with_choices.size(); ++i) {
+    EXPECT_EQ(chosen.tokens[i], generate(model, with_choices[i], alone).tokens) << name << " choice " << i;
   }
 }
 

@@ -255,5 +255,72 @@ TEST_F(engineScheduler, PromptScoringTakesNoCachedPrefixAndCapsItsRows) {
   EXPECT_EQ(p.num_logit_rows(), kPromptLogitsChunk + 1);  // a samples from its last scored row; c from its own
 }
 
+// n choices of one prompt (Request::shares_prompt_with), prefix caching
+// off: the first choice computes the prompt; the others wait a step, letting
+// a request behind them in, then start from its full blocks (the same block
+// ids, held twice) and compute only the tail.
+TEST_F(engineScheduler, ChoicesOfOnePromptComputeItOnce) {
+  make(32, 4, 8, 64);
+  auto choice = [&](RequestId leader) {
+    Request r;
+    r.id = next_++;
+    r.prompt = ids(0, 10);
+    r.shares_prompt_with = leader;
+    scheduler_->add(std::make_unique<Sequence>(r));
+    return r.id;
+  };
+  const RequestId a = choice(0);
+  const RequestId b = choice(a), c = choice(a);
+  const RequestId other = add(ids(50, 6));
+  const StepPlan p1 = step();
+  ASSERT_NE(chunk_of(p1, a), nullptr);
+  EXPECT_EQ(chunk_of(p1, b), nullptr) << "a choice computed the prompt beside its leader";
+  EXPECT_EQ(chunk_of(p1, c), nullptr);
+  EXPECT_NE(chunk_of(p1, other), nullptr) << "the waiting choices held back the request behind them";
+  const StepPlan p2 = step();
+  for (RequestId id : {b, c}) {
+    const ScheduledChunk* chunk = chunk_of(p2, id);
+    ASSERT_NE(chunk, nullptr);
+    EXPECT_EQ(chunk->start_position, 8);  // two full blocks of a's
+    EXPECT_EQ(chunk->token_ids.size(), 2u);
+    EXPECT_TRUE(chunk->sample);
+    ASSERT_GE(chunk->block_table.size(), 3u);
+    EXPECT_EQ(chunk->block_table[0], kv_->block_table(a)[0]);
+    EXPECT_EQ(chunk->block_table[1], kv_->block_table(a)[1]);
+    EXPECT_NE(chunk->block_table[2], kv_->block_table(a)[2]) << "the partial block must be a choice's own";
+  }
+  EXPECT_EQ(kv_->pool().ref_count(kv_->block_table(a)[0]), 3);
+  // Without the link the same choices all compute the prompt in the first step.
+  make(32, 4, 8, 64);
+  const RequestId x = choice(0), y = choice(0);
+  const StepPlan q = step();
+  ASSERT_TRUE(chunk_of(q, x) && chunk_of(q, y));
+  EXPECT_EQ(chunk_of(q, y)->token_ids.size(), 10u);
+}
+
+// A choice whose leader is gone (finished or aborted) before its prompt was
+// shared computes the prompt itself; one that scores its prompt never waits.
+TEST_F(engineScheduler, AChoiceWithoutItsLeaderComputesThePromptItself) {
+  make(32, 4, 8, 64);
+  Request leader;
+  leader.id = next_++;
+  leader.prompt = ids(0, 10);
+  scheduler_->add(std::make_unique<Sequence>(leader));
+  Request r = leader;
+  r.id = next_++;
+  r.shares_prompt_with = leader.id;
+  scheduler_->add(std::make_unique<Sequence>(r));
+  Request scoring = r;
+  scoring.id = next_++;
+  scoring.prompt_logprobs = 0;
+  scheduler_->add(std::make_unique<Sequence>(scoring));
+  scheduler_->remove(leader.id);
+  const StepPlan p = step();
+  ASSERT_NE(chunk_of(p, r.id), nullptr);
+  EXPECT_EQ(chunk_of(p, r.id)->token_ids.size(), 10u);
+  ASSERT_NE(chunk_of(p, scoring.id), nullptr);
+  EXPECT_EQ(chunk_of(p, scoring.id)->start_position, 0);
+}
+
 }  // namespace
 }  // namespace tessera::engine

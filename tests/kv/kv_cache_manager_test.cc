@@ -115,3 +115,34 @@ TEST(kvCacheManager, SharedFreeBlocksAreNotDoubleCounted) {
 
 }  // namespace
 }  // namespace tessera::kv
+
+namespace tessera::kv {
+namespace {
+
+// share_blocks: whole blocks within the asked tokens, with prefix caching off
+// too; the hash chain only as far as the owner published it; the shared
+// blocks stay held until both sequences free them.
+TEST(kvCacheManager, ShareBlocksGivesWholeBlocksOfAnotherSequence) {
+  for (bool caching : {false, true}) {
+    KvCacheManager kv(8, 4, caching);
+    const auto tokens = tokens_of(0, 11);
+    ASSERT_TRUE(kv.allocate(1, 11));
+    kv.commit(1, tokens, 11);
+    const PrefixMatch match = kv.share_blocks(1, 10, 11);
+    ASSERT_EQ(match.blocks.size(), 2u) << "caching " << caching;
+    EXPECT_EQ(match.num_tokens, 8);
+    EXPECT_EQ(match.hashes.size(), caching ? 2u : 0u);
+    ASSERT_TRUE(kv.allocate(2, 11, &match));
+    EXPECT_EQ(kv.block_table(2)[0], kv.block_table(1)[0]);
+    EXPECT_NE(kv.block_table(2)[2], kv.block_table(1)[2]);
+    EXPECT_EQ(kv.pool().ref_count(kv.block_table(1)[1]), 2);
+    const BlockId shared = kv.block_table(1)[0];
+    kv.free(1);
+    EXPECT_EQ(kv.pool().ref_count(shared), 1);
+    EXPECT_TRUE(kv.share_blocks(1, 10, 11).blocks.empty()) << "a freed sequence still shared its blocks";
+    EXPECT_TRUE(kv.share_blocks(2, 3, 11).blocks.empty()) << "less than a block shares nothing";
+  }
+}
+
+}  // namespace
+}  // namespace tessera::kv
