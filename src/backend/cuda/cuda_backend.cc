@@ -437,7 +437,9 @@ class CudaBackend final : public Backend {
     // tensor-core kernel measured slower than the separate op (BENCHMARKS.md).
     if (packed.defined()) {
       quantized_product(formed_input(x, fusion), packed, bias, out, fusion.accumulate);
-      return prefetch_after_product(fusion);
+      // Only decode-sized steps: a prefill's attention is no pause for the memory system.
+      if (x.dim(0) <= cuda::kGemvMaxRows) prefetch_after_product(fusion);
+      return;
     }
     const int64_t in = fusion.input == LinearFusion::Input::kSiluMul ? x.dim(1) / 2 : x.dim(1);
     const bool fusable = x.dtype() == compute_dtype_ && weight.dtype() == x.dtype() && weight.dim(1) == in &&
