@@ -1,5 +1,6 @@
 #include "server/completion_response.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "server/api_error.h"
@@ -71,6 +72,26 @@ Json CompletionResponse::usage() const {
   return Json{{"prompt_tokens", prompt_tokens_},
               {"completion_tokens", completion_tokens},
               {"total_tokens", prompt_tokens_ + completion_tokens}};
+}
+
+std::vector<const CompletionResponse::Choice*> CompletionResponse::listed_choices() const {
+  std::vector<const Choice*> out;
+  if (!meta_.best_of) {
+    for (const Choice& choice : choices_) out.push_back(&choice);
+    return out;
+  }
+  // Each prompt's candidates, likeliest first (the earlier on a tie), the first `keep`.
+  const size_t per_prompt = static_cast<size_t>(meta_.best_of->candidates);
+  for (size_t first = 0; first < choices_.size(); first += per_prompt) {
+    std::vector<const Choice*> group;
+    for (size_t i = first; i < std::min(first + per_prompt, choices_.size()); ++i) group.push_back(&choices_[i]);
+    std::stable_sort(group.begin(), group.end(), [](const Choice* a, const Choice* b) {
+      return a->generation->cumulative_logprob() > b->generation->cumulative_logprob();
+    });
+    group.resize(std::min(group.size(), static_cast<size_t>(meta_.best_of->keep)));
+    out.insert(out.end(), group.begin(), group.end());
+  }
+  return out;
 }
 
 Json CompletionResponse::empty_logprobs() const {
@@ -306,7 +327,8 @@ bool CompletionResponse::poll(std::string& chunk, HttpResponse& response) {
   }
   const bool chat = meta_.kind == CompletionKind::kChat;
   Json choices = Json::array();
-  for (size_t i = 0; i < choices_.size(); ++i) choices.push_back(choice_json(i, choices_[i]));
+  const std::vector<const Choice*> listed = listed_choices();
+  for (size_t i = 0; i < listed.size(); ++i) choices.push_back(choice_json(i, *listed[i]));
   Json body = {{"id", meta_.id},
                {"object", chat ? "chat.completion" : "text_completion"},
                {"created", meta_.created},

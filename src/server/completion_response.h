@@ -64,6 +64,13 @@ struct CompletionMeta {
   bool include_usage = false;
   bool logprobs = false;
   AnswerMarkup markup;
+  // best_of > n (not streamed): each prompt's `candidates` generations, of
+  // which the body lists the `keep` with the highest cumulative logprob.
+  struct BestOf {
+    int32_t candidates = 0;
+    int32_t keep = 0;
+  };
+  std::optional<BestOf> best_of;
 };
 
 // One answer of several choices: each choice (n per prompt, prompts in
@@ -109,6 +116,8 @@ class CompletionResponse : public PendingResponse {
   void append_echo_logprobs(nlohmann::ordered_json& into, const Choice& choice) const;
   nlohmann::ordered_json chunk_json(nlohmann::ordered_json choice) const;
   nlohmann::ordered_json usage() const;
+  // The choices the body lists, in order: all, or each prompt's best_of picks.
+  std::vector<const Choice*> listed_choices() const;
   nlohmann::ordered_json logprobs_json(const std::vector<TokenLogprobText>& logprobs, size_t text_offset) const;
   void append_logprobs(nlohmann::ordered_json& into, const std::vector<TokenLogprobText>& logprobs, size_t offset) const;
   void done(unsigned status);

@@ -143,7 +143,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
                    "rate_limit_error", std::nullopt, "too_many_requests");
   }
 
-  // One engine request a choice, n per prompt, each with a seed of its own so
+  // One engine request a choice, n (or best_of candidates) per prompt, each with a seed of its own so
   // that the choices differ (and a seeded request repeats all of them). A
   // Generation owns its engine request from here: should a later submit
   // fail, the ones before are aborted as the vector unwinds.
@@ -151,7 +151,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
   std::vector<std::unique_ptr<Generation>> generations;
   for (const std::vector<int32_t>& prompt : prompts) {
     engine::RequestId first_choice = 0;  // the others take its computed prompt (Request::shares_prompt_with)
-    for (int32_t j = 0; j < options.n; ++j) {
+    for (int32_t j = 0; j < options.candidates(); ++j) {
       engine::Request request;
       request.prompt = prompt;
       request.shares_prompt_with = first_choice;
@@ -163,7 +163,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
       if (options.max_tokens) request.max_tokens = std::max<int64_t>(1, *options.max_tokens);
       request.min_tokens = options.min_tokens;
       request.ignore_eos = options.ignore_eos;
-      request.logprobs = options.logprobs;
+      request.logprobs = options.logprobs || options.best_of > options.n;  // best_of ranks by them
       request.top_logprobs = options.top_logprobs;
       if (options.echo && options.logprobs) request.prompt_logprobs = options.top_logprobs;
       const engine::Clock::time_point arrival = request.arrival;
@@ -190,6 +190,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
   meta.stream = options.stream;
   meta.include_usage = options.include_usage;
   meta.logprobs = options.logprobs;
+  if (options.best_of > options.n) meta.best_of = {options.best_of, options.n};
   meta.markup = markup;
   ++in_flight_;
   HttpResponse response;

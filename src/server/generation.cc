@@ -81,6 +81,7 @@ void Generation::add_token(const engine::TokenEvent& event, bool final_stop, Gen
   last_token_time_ = now;
   if (score_only_) return;  // max_tokens 0: nothing generated is part of the answer
   ++completion_tokens_;
+  cumulative_logprob_ += event.logprob;
   auto add_logprob = [&] {
     TokenLogprobText lp{token_text(tokenizer_, event.token), event.logprob, {}};
     for (const engine::TokenLogprob& t : event.top_logprobs) lp.top.emplace_back(token_text(tokenizer_, t.token), t.logprob);

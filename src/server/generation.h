@@ -61,6 +61,9 @@ class Generation {
   bool engine_unavailable() const { return engine_unavailable_; }
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t completion_tokens() const { return completion_tokens_; }
+  // Σ of the sampled tokens' logprobs (the stop token's too), where the engine
+  // request asked for logprobs: what best_of ranks candidates by.
+  double cumulative_logprob() const { return cumulative_logprob_; }
   // The prompt tokens' logprobs (after the first), when the engine request
   // asked for them; complete once completion_tokens() > 0 or finished().
   const std::vector<TokenLogprobText>& prompt_logprobs() const { return prompt_logprobs_; }
@@ -81,6 +84,7 @@ class Generation {
   text::StopStringMatcher stops_;
   int64_t prompt_tokens_;
   int64_t completion_tokens_ = 0;
+  double cumulative_logprob_ = 0.0;
   engine::Clock::time_point arrival_;
   std::optional<engine::Clock::time_point> last_token_time_;
   double time_to_first_token_ = 0.0;

@@ -373,10 +373,21 @@ CompletionRequest parse_completion_request(std::string_view body_text) {
     r.prompts.push_back(std::move(p));
   }
   r.options = parse_generation_options(body, /*chat=*/false);
-  if (static_cast<int64_t>(r.prompts.size()) * r.options.n > kMaxChoices) {
-    throw bad_request(fmt::format("{} prompts with n = {} make more than {} choices: send fewer in one request",
-                                  r.prompts.size(), r.options.n, kMaxChoices),
-                      "n", "invalid_value");
+  r.options.best_of = static_cast<int32_t>(f.integer("best_of", 1, kMaxChoices).value_or(r.options.n));
+  if (r.options.best_of < r.options.n) {
+    throw bad_request(fmt::format("'best_of' ({}) must be at least 'n' ({}): it is how many candidates the n "
+                                  "choices are picked from", r.options.best_of, r.options.n),
+                      "best_of", "invalid_value");
+  }
+  if (r.options.best_of > r.options.n && r.options.stream) {
+    throw bad_request("'best_of' greater than 'n' cannot be streamed: the best choices are known only at the end",
+                      "best_of", "invalid_value");
+  }
+  if (static_cast<int64_t>(r.prompts.size()) * r.options.candidates() > kMaxChoices) {
+    throw bad_request(fmt::format("{} prompts with {} = {} make more than {} choices: send fewer in one request",
+                                  r.prompts.size(), r.options.best_of > r.options.n ? "best_of" : "n",
+                                  r.options.candidates(), kMaxChoices),
+                      r.options.best_of > r.options.n ? "best_of" : "n", "invalid_value");
   }
   if (std::optional<int64_t> logprobs = f.integer("logprobs", 0, 20)) {
     r.options.logprobs = true;
@@ -386,9 +397,6 @@ CompletionRequest parse_completion_request(std::string_view body_text) {
   if (r.options.max_tokens == 0 && !r.options.echo) {
     throw bad_request("'max_tokens' 0 generates nothing: it is meaningful only with 'echo' (to score the prompt)",
                       "max_tokens", "invalid_value");
-  }
-  if (f.integer("best_of", 1, 128).value_or(1) != 1) {
-    throw bad_request("'best_of' greater than 1 is not supported yet", "best_of", "unsupported_value");
   }
   if (f.string("suffix").value_or("").size()) throw bad_request("'suffix' is not supported", "suffix", "unsupported_value");
   return r;

@@ -39,6 +39,10 @@ struct GenerationOptions {
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   int32_t n = 1;                        // choices per prompt (1..kMaxChoices), each sampled with its own seed
+  // Completions: candidates generated per prompt (n..kMaxChoices), of which the n with the
+  // highest cumulative logprob are returned; more than n only without stream.
+  int32_t best_of = 1;
+  int32_t candidates() const { return best_of > n ? best_of : n; }
   bool echo = false;                    // completions: the prompt leads the text (and, with logprobs, is scored)
 };
 

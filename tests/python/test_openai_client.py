@@ -244,3 +244,34 @@ def test_several_prompts_in_one_completion_request(client):
     assert [c.text for c in r.choices] == [s.choices[0].text for s in singles]
     assert r.usage.prompt_tokens == singles[0].usage.prompt_tokens + singles[2].usage.prompt_tokens
     assert r.usage.completion_tokens == 24
+
+
+def test_best_of_returns_each_prompts_likeliest_candidates(client):
+    # best_of 4, n 2: of each prompt's 4 candidates (those n = 4 gives, same
+    # seeds), the 2 with the highest summed token logprob, likeliest first.
+    kw = dict(model="demo", prompt=["Once upon a time", "The dog"], max_tokens=8, temperature=1.0, seed=11,
+              extra_body={"ignore_eos": True})
+    every = client.completions.create(n=4, logprobs=0, **kw)
+    best = client.completions.create(n=2, best_of=4, logprobs=0, **kw)
+    plain = client.completions.create(n=2, best_of=4, **kw)
+    assert [c.index for c in best.choices] == [0, 1, 2, 3]
+    reordered = False
+    for p in range(2):
+        candidates = every.choices[4 * p:4 * p + 4]
+        ranked = sorted(candidates, key=lambda c: -sum(c.logprobs.token_logprobs))
+        assert [c.text for c in best.choices[2 * p:2 * p + 2]] == [c.text for c in ranked[:2]], p
+        assert [c.text for c in plain.choices[2 * p:2 * p + 2]] == [c.text for c in ranked[:2]], p
+        reordered |= [c.text for c in ranked[:2]] != [c.text for c in candidates[:2]]
+    assert reordered, "the likeliest were the first candidates anyway: this seed cannot tell best_of from n"
+    assert all(c.logprobs is None for c in plain.choices)
+    # Every candidate's tokens are counted.
+    assert best.usage.completion_tokens == every.usage.completion_tokens == 64
+
+
+def test_best_of_refusals(client):
+    with pytest.raises(openai.BadRequestError, match="at least 'n'"):
+        client.completions.create(model="demo", prompt="Hi", n=3, best_of=2, max_tokens=4)
+    with pytest.raises(openai.BadRequestError, match="cannot be streamed"):
+        client.completions.create(model="demo", prompt="Hi", best_of=2, max_tokens=4, stream=True)
+    with pytest.raises(openai.BadRequestError, match="best_of = 100"):
+        client.completions.create(model="demo", prompt=["a", "b"], best_of=100, max_tokens=4)

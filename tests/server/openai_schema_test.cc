@@ -172,6 +172,9 @@ TEST(serverSchema, CompletionPromptShapes) {
   ASSERT_EQ(id_lists.size(), 2u);
   EXPECT_EQ(id_lists[1].ids, (std::vector<int32_t>{2, 3}));
   EXPECT_EQ(parse_completion_request(R"({"model": "m", "prompt": "x", "n": 4})").options.n, 4);
+  const GenerationOptions best = parse_completion_request(R"({"model": "m", "prompt": "x", "n": 2, "best_of": 5})").options;
+  EXPECT_EQ(best.candidates(), 5);
+  EXPECT_EQ(parse_completion_request(R"({"model": "m", "prompt": "x", "n": 3})").options.candidates(), 3);
   CompletionRequest lp = parse_completion_request(R"({"model": "m", "prompt": "x", "logprobs": 3})");
   EXPECT_TRUE(lp.options.logprobs);
   EXPECT_EQ(lp.options.top_logprobs, 3);
@@ -181,7 +184,10 @@ TEST(serverSchema, CompletionPromptShapes) {
                            R"({"model": "m", "prompt": [1, "a"]})",
                            R"({"model": "m", "prompt": [1.5]})", R"({"model": "m", "prompt": "x", "echo": 1})",
                            R"({"model": "m", "prompt": "x", "logprobs": true})",
-                           R"({"model": "m", "prompt": "x", "best_of": 3})",
+                           R"({"model": "m", "prompt": "x", "n": 3, "best_of": 2})",
+                           R"({"model": "m", "prompt": "x", "best_of": 3, "stream": true})",
+                           R"({"model": "m", "prompt": ["a", "b"], "best_of": 65})",
+                           R"({"model": "m", "prompt": "x", "best_of": 0})",
                            R"({"model": "m", "prompt": ["a", "b", "c"], "n": 50})",
                            R"({"model": "m", "prompt": "x", "n": 129})"}) {
     EXPECT_EQ(refusal(completion, body).first, 400u) << body;
