@@ -143,8 +143,9 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
                    "rate_limit_error", std::nullopt, "too_many_requests");
   }
 
-  // One engine request a choice, n (or best_of candidates) per prompt, each with a seed of its own so
-  // that the choices differ (and a seeded request repeats all of them). A
+  // One engine request a choice, n (or best_of candidates) per prompt, each
+  // with a seed of its own so that the choices differ (and a seeded request
+  // repeats all of them). A
   // Generation owns its engine request from here: should a later submit
   // fail, the ones before are aborted as the vector unwinds.
   auto notifier = std::make_shared<Notifier>();
