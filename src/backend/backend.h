@@ -62,10 +62,6 @@ struct LinearFusion {
   // of them as its cache holds while those ops run. A hint; no result
   // depends on it.
   std::array<const Tensor*, 2> prefetch{};
-  // True when the prefetch weights are those of the very next product, with
-  // nothing between: what may move is then what the boundary between the two
-  // kernels would leave idle (a smaller budget, the backend's own).
-  bool prefetch_next_product = false;
 };
 
 class Backend {

@@ -203,25 +203,13 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
   // decode layer is its GEMVs, RoPE and attention.
   backend_.embedding(weights_.embed, batch.token_ids, residual);
   trace("embedding", -1, residual);
-  // The bytes a layer's product reads: the packed ones where it is 4-bit.
-  auto read_by = [](const Tensor& weight, const backend::QuantizedWeight& packed) {
-    return packed.defined() ? &packed.qweight : &weight;
-  };
-  // Each product may warm L2 with the next one's weight (LinearFusion).
-  auto then_reads = [](backend::LinearFusion fusion, const Tensor* next) {
-    fusion.prefetch = {next, nullptr};
-    fusion.prefetch_next_product = true;
-    return fusion;
-  };
   for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     backend::PagedKvLayer& kv = cache.layers[layer];
-    const bool last = layer + 1 == spec_.num_layers;
-    const Tensor* next_qkv =
-        last ? &weights_.lm_head : read_by(weights_.layers[layer + 1].qkv, weights_.layers[layer + 1].qkv_w4);
     backend::LinearFusion qkv_fusion = normed_by(w.attn_norm);
     // Attention reads little memory: the weights after it may move meanwhile.
-    qkv_fusion.prefetch = {read_by(w.o, w.o_w4), read_by(w.gate_up, w.gate_up_w4)};
+    qkv_fusion.prefetch = {w.o_w4.defined() ? &w.o_w4.qweight : &w.o,
+                           w.gate_up_w4.defined() ? &w.gate_up_w4.qweight : &w.gate_up};
     project(residual, qkv_fusion, w.qkv, w.qkv_w4, w.qkv_bias, qkv, &pending);
     if (trace_) {  // the rotated q and k are traced: the separate ops
       backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
@@ -233,14 +221,11 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
                               attn_out);
     }
     trace("attention", layer, attn_out);
-    project_into_residual(attn_out, then_reads({}, read_by(w.gate_up, w.gate_up_w4)), w.o, w.o_w4, residual, partial,
-                          pending);  // residual += attention
+    project_into_residual(attn_out, {}, w.o, w.o_w4, residual, partial, pending);  // residual += attention
     if (shard_.world_size == 1) trace("attention_residual", layer, residual);
-    project(residual, then_reads(normed_by(w.ffn_norm), read_by(w.down, w.down_w4)), w.gate_up, w.gate_up_w4,
-            Tensor(), gate_up, &pending);
+    project(residual, normed_by(w.ffn_norm), w.gate_up, w.gate_up_w4, Tensor(), gate_up, &pending);
     trace("gate_up", layer, gate_up);
-    project_into_residual(gate_up, then_reads(silu_mul, next_qkv), w.down, w.down_w4, residual, partial,
-                          pending);  // residual += mlp
+    project_into_residual(gate_up, silu_mul, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
     if (shard_.world_size == 1) trace("residual", layer, residual);  // on several ranks the add is still pending
   }
   if (pending.defined()) backend_.add(residual, pending);

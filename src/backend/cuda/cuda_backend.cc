@@ -41,14 +41,12 @@ using cuda::Gemm;
 using cuda::ptr;
 
 // Most bytes of later weights a decode step warms L2 with (l2_prefetch.cuh),
-// from `variable`: TESSERA_L2_PREFETCH_MB for the weights read after
-// attention, TESSERA_L2_PREFETCH_CHAIN_MB for those of the next product
-// (LinearFusion::prefetch_next_product). "auto" three quarters of the
-// device's L2 (room left for what the kernels between stream through it), a
-// number that many MB; unset or 0, none. Off unless asked for: its effect on
-// a step has not been measured yet (docs/ARCHITECTURE.md).
-size_t l2_prefetch_budget(int index, const char* variable) {
-  const char* setting = std::getenv(variable);
+// from TESSERA_L2_PREFETCH_MB: "auto" three quarters of the device's L2
+// (room left for what the kernels between stream through it), a number that
+// many MB; unset or 0, none. Off unless asked for: on an H100 it gained
+// nothing (docs/BENCHMARKS.md); the H200 is not measured yet.
+size_t l2_prefetch_budget(int index) {
+  const char* setting = std::getenv("TESSERA_L2_PREFETCH_MB");
   if (setting == nullptr) return 0;
   if (std::string(setting) == "auto") {
     int l2 = 0;
@@ -58,7 +56,7 @@ size_t l2_prefetch_budget(int index, const char* variable) {
   char* end = nullptr;
   const double mb = std::strtod(setting, &end);
   if (end != setting && *end == '\0' && mb >= 0) return static_cast<size_t>(mb * 1024 * 1024);
-  log_warning("{}={} is neither auto nor a number of MB: no L2 prefetch", variable, setting);
+  log_warning("TESSERA_L2_PREFETCH_MB={} is neither auto nor a number of MB: no L2 prefetch", setting);
   return 0;
 }
 
@@ -129,8 +127,7 @@ class CudaBackend final : public Backend {
     int count = 1;
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index));
     multiprocessors_ = count;
-    l2_prefetch_bytes_ = l2_prefetch_budget(index, "TESSERA_L2_PREFETCH_MB");
-    l2_chain_prefetch_bytes_ = l2_prefetch_budget(index, "TESSERA_L2_PREFETCH_CHAIN_MB");
+    l2_prefetch_bytes_ = l2_prefetch_budget(index);
     if (const char* mode = std::getenv("TESSERA_L2_PREFETCH_KERNEL")) l2_prefetch_kernel_ = std::string(mode) == "1";
     const CudaDeviceInfo info = cuda_device_info(index);
     kernel_capability_ = info.effective_capability();
@@ -474,7 +471,7 @@ class CudaBackend final : public Backend {
   // A LinearFusion's prefetch weights, in order, cut to the L2 budget.
   cuda::PrefetchRanges prefetch_ranges(const LinearFusion& fusion) const {
     cuda::PrefetchRanges ranges;
-    size_t left = fusion.prefetch_next_product ? l2_chain_prefetch_bytes_ : l2_prefetch_bytes_;
+    size_t left = l2_prefetch_bytes_;
     for (size_t i = 0; i < fusion.prefetch.size(); ++i) {
       const Tensor* weight = fusion.prefetch[i];
       if (weight == nullptr || !weight->defined() || weight->device() != device()) continue;
@@ -707,8 +704,7 @@ class CudaBackend final : public Backend {
   int64_t prepared_tokens_ = -1;
   int64_t decode_max_context_ = 0;     // longest key range of the step's last tokens
   int64_t multiprocessors_ = 1;
-  size_t l2_prefetch_bytes_ = 0;        // warmed while decode attention runs
-  size_t l2_chain_prefetch_bytes_ = 0;  // of the next product's weight, at each product's end
+  size_t l2_prefetch_bytes_ = 0;
   // TESSERA_L2_PREFETCH_KERNEL=1: the 16-bit GEMVs' prefetch by its own kernel too (a measurement switch).
   bool l2_prefetch_kernel_ = false;
   bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
