@@ -42,9 +42,9 @@ namespace {
 
 // Random tensors are made in chunks of 2^20 values, chunk c drawing from a
 // generator of its own seeded by (seed, c), on every core: the same values
-// whatever the thread count, and a 7B shape's 7.6 billion values in a few
-// seconds rather than the half minute one generator took on each `bench`
-// run (its weights are made anew every time).
+// whatever the thread count, and a 7B shape's billion values (one layer's,
+// which every layer copies, the embedding and the LM head) in seconds where
+// one generator took about 15 on each `bench` run, which makes them anew.
 constexpr int64_t kChunk = int64_t(1) << 20;
 
 std::mt19937_64 chunk_generator(uint64_t seed, int64_t chunk) {
@@ -74,9 +74,10 @@ Tensor random_host(Shape shape, double stddev, double offset, uint64_t seed, DTy
   return t;
 }
 
-// A random 4-bit weight [out, in] whose values have about `stddev`: q
-// uniform in 0..15 around zero points near 8, one scale per group.
-backend::QuantizedWeight random_quantized(int64_t out, int64_t in, int64_t group, double stddev, uint64_t seed) {
+}  // namespace
+
+backend::QuantizedWeight random_quantized_weight(int64_t out, int64_t in, int64_t group, double stddev,
+                                                 uint64_t seed) {
   backend::QuantizedWeight w;
   w.out_features = out;
   w.in_features = in;
@@ -104,13 +105,6 @@ backend::QuantizedWeight random_quantized(int64_t out, int64_t in, int64_t group
   return w;
 }
 
-}  // namespace
-
-backend::QuantizedWeight random_quantized_weight(int64_t out, int64_t in, int64_t group_size, double stddev,
-                                                 uint64_t seed) {
-  return random_quantized(out, in, group_size, stddev, seed);
-}
-
 std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec_in, backend::Backend& backend,
                                                      uint64_t seed, int64_t awq_group_size) {
   ModelSpec spec = spec_in;
@@ -126,10 +120,10 @@ std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec_in, b
   Tensor qkv, o, gate_up, down;
   backend::QuantizedWeight qkv_w4, o_w4, gate_up_w4, down_w4;
   if (awq) {
-    qkv_w4 = random_quantized(spec.qkv_size(), h, awq_group_size, scale, rng());
-    o_w4 = random_quantized(h, spec.q_size(), awq_group_size, scale, rng());
-    gate_up_w4 = random_quantized(2 * spec.intermediate_size, h, awq_group_size, scale, rng());
-    down_w4 = random_quantized(h, spec.intermediate_size, awq_group_size, down_scale, rng());
+    qkv_w4 = random_quantized_weight(spec.qkv_size(), h, awq_group_size, scale, rng());
+    o_w4 = random_quantized_weight(h, spec.q_size(), awq_group_size, scale, rng());
+    gate_up_w4 = random_quantized_weight(2 * spec.intermediate_size, h, awq_group_size, scale, rng());
+    down_w4 = random_quantized_weight(h, spec.intermediate_size, awq_group_size, down_scale, rng());
     if (!backend.supports_quantized_linear()) {
       qkv = backend::dequantize_weight(qkv_w4).to_dtype(dtype);
       o = backend::dequantize_weight(o_w4).to_dtype(dtype);
