@@ -1,7 +1,9 @@
 // Generation for one sequence: prefill the prompt, then decode token by token
 // through the paged cache, with no scheduler. The command line's `generate`
 // uses it, and the engine's tests use it as the reference a batched request
-// must equal token for token (same Sampler, same penalties).
+// must equal token for token (same Sampler, same penalties). Where the model
+// samples on its device (Transformer::samples_on_device) each token is
+// sampled there, as the engine's steps are.
 #pragma once
 
 #include <cstdint>

@@ -25,15 +25,7 @@ std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan
       const SampleInputs inputs{seq->prompt(), seq->output(), masked};
       for (const backend::LogitEdit& e : logit_edits(p, inputs, vocab, row)) batch.edits.push_back(e);
     }
-    backend::SamplingRow r;
-    r.temperature = p.temperature;
-    if (p.temperature > 0.0f) {
-      r.top_k = p.top_k;
-      r.top_p = p.top_p;
-      r.min_p = p.min_p;
-      r.uniform = seq->sampler.next_uniform();
-    }
-    batch.rows.push_back(r);
+    batch.rows.push_back(seq->sampler.device_row());
   }
   return batch;
 }

@@ -306,4 +306,16 @@ int32_t Sampler::draw(const std::vector<float>& x, double log_total) {
   return token;
 }
 
+backend::SamplingRow Sampler::device_row() {
+  backend::SamplingRow row;
+  row.temperature = params_.temperature;
+  if (params_.temperature > 0.0f) {
+    row.top_k = params_.top_k;
+    row.top_p = params_.top_p;
+    row.min_p = params_.min_p;
+    row.uniform = next_uniform();
+  }
+  return row;
+}
+
 }  // namespace tessera::engine

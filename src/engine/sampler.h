@@ -99,6 +99,10 @@ class Sampler {
   // takes it from here instead, so the generator advances the same way.
   double next_uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
+  // This request's row of a device sample (backend/row_sampling.h): its
+  // parameters, and the next uniform where a draw needs one.
+  backend::SamplingRow device_row();
+
  private:
   // One token of the processed logits x (temperature applied) by truncation
   // and a draw; log_total is log Σ exp(x), needed only when top_p < 1.
