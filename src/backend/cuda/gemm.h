@@ -4,8 +4,9 @@
 //
 // For skinny shapes (m ≤ 16 rows, decode) the hand-written GEMV (gemv.h) is a
 // candidate too: at the first call of a shape both are timed on the real
-// operands (CUDA events, a few repeats each) and the faster is kept for that
-// shape, logged at debug level. TESSERA_GEMV=0 keeps cuBLASLt everywhere,
+// operands (CUDA events, a few repeats each) and the GEMV is kept for that
+// shape unless cuBLASLt is faster by more than a tenth (gemm.cc says why),
+// logged at debug level. TESSERA_GEMV=0 keeps cuBLASLt everywhere,
 // TESSERA_GEMV=1 takes the GEMV wherever it applies (comparisons).
 #pragma once
 
