@@ -34,8 +34,10 @@ struct Row {
 };
 
 // `batch` sequences: one prefill of every prompt, then decode steps of one
-// token each (the argmax is not needed for speed: fixed ids), timed after two
-// warm-up steps. Logits come back to the host every step, as in serving.
+// token each (fixed ids: the tokens sampled are not needed), timed after two
+// warm-up steps. Every step is sampled as in serving: greedily on the device
+// where the model samples there (only the ids come back), else the logits
+// come back to the host.
 Row time_decode(model::Transformer& model, int64_t batch, const DecodeTableArgs& args) {
   const model::ModelSpec& spec = model.spec();
   const int64_t block_size = 64, steps = args.decode_tokens + 2;
@@ -56,11 +58,17 @@ Row time_decode(model::Transformer& model, int64_t batch, const DecodeTableArgs&
     }
     return fb;
   };
-  model.forward(make_batch(0, args.prompt_tokens), cache);
+  backend::SamplingBatch greedy;
+  greedy.rows.resize(static_cast<size_t>(batch));  // temperature 0: the argmax
+  auto step = [&](const model::ForwardBatch& fb) {
+    if (model.samples_on_device()) model.forward_sample(fb, cache, greedy);
+    else model.forward(fb, cache);
+  };
+  step(make_batch(0, args.prompt_tokens));
   int64_t position = args.prompt_tokens;
-  for (int i = 0; i < 2; ++i) model.forward(make_batch(position++, 1), cache);  // warm-up
+  for (int i = 0; i < 2; ++i) step(make_batch(position++, 1));  // warm-up
   auto start = Clock::now();
-  for (int64_t i = 0; i < args.decode_tokens; ++i) model.forward(make_batch(position++, 1), cache);
+  for (int64_t i = 0; i < args.decode_tokens; ++i) step(make_batch(position++, 1));
   Row row;
   row.batch = batch;
   row.step_seconds = std::chrono::duration<double>(Clock::now() - start).count() / args.decode_tokens;
