@@ -5,11 +5,15 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
+#include <utility>
+#include <vector>
 #include <tuple>
 
 #include "../compare.h"
 #include "backend/backend.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/l2_prefetch.h"
 
@@ -84,6 +88,19 @@ TEST_P(CudaGemv, TheTimedChoiceMatchesTheCpuLinear) {
                                                 << ": " << c.describe();
     }
   }
+}
+
+// The choice between cuBLASLt and the GEMV from a shape's timings (no device
+// needed): cuBLASLt only where it is under nine tenths of the fastest GEMV.
+TEST(CudaLinearChoice, CublasMustBeatTheFastestGemvByATenth) {
+  using cuda::choose_linear_kernel;
+  const std::vector<std::pair<int, float>> down = {{1, 0.0455f}, {2, 0.0433f}, {4, 0.0433f}};
+  EXPECT_EQ(choose_linear_kernel(0.0428f, down), 2);   // the H100's down projection: the first fastest GEMV
+  EXPECT_EQ(choose_linear_kernel(0.0390f, down), 2);   // 90.1 % of 0.0433
+  EXPECT_EQ(choose_linear_kernel(0.0389f, down), 0);   // 89.8 %
+  EXPECT_EQ(choose_linear_kernel(0.0204f, {{1, 0.094f}, {2, 0.0635f}, {4, 0.0727f}}), 0);  // 16 rows
+  EXPECT_EQ(choose_linear_kernel(std::numeric_limits<float>::infinity(), down), 2);      // cuBLASLt not timed
+  EXPECT_EQ(choose_linear_kernel(0.05f, {}), 0);                                         // no GEMV applies
 }
 
 TEST_P(CudaGemv, RefusesWhatItDoesNotHandle) {

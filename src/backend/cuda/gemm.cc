@@ -122,8 +122,25 @@ void* Gemm::timing_output(size_t bytes) {
   return bytes <= kWorkspaceBytes / 2 ? static_cast<char*>(workspace_.raw_data()) + kWorkspaceBytes / 2 : nullptr;
 }
 
-// The fraction of the fastest GEMV's time cuBLASLt must come under to be chosen.
-constexpr float kCublasMargin = 0.9f;
+// cuBLASLt must beat the fastest GEMV by a margin: timed alone, a shape
+// shows neither what the GEMV saves around it in a decode step (it launches
+// while the kernel before it finishes and lets the next one do the same;
+// cuBLASLt's kernels do neither) nor the separate norm or SiLU·mul kernel the
+// fused GEMV replaces. Decode shapes where the two are within a few per cent
+// (the 7B shape's down projection on an H100) lost a kernel and two launch
+// gaps a layer to noise in the timing.
+int choose_linear_kernel(float cublas_ms, const std::vector<std::pair<int, float>>& gemv_ms) {
+  constexpr float kCublasMargin = 0.9f;  // the fraction of the fastest GEMV's time cuBLASLt must come under
+  int best = 0;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (auto [variant, ms] : gemv_ms) {
+    if (ms < best_ms) {
+      best = variant;
+      best_ms = ms;
+    }
+  }
+  return best != 0 && !(cublas_ms < kCublasMargin * best_ms) ? best : 0;
+}
 
 int Gemm::choose(const void* x, const void* w, const Key& key) {
   auto [m, n, k, in_dtype, out_dtype] = key;
@@ -144,8 +161,8 @@ int Gemm::choose(const void* x, const void* w, const Key& key) {
   if (y == nullptr) y = scratch.raw_data();
   EventPair events;
   std::string report;
-  int best_gemv = 0;
-  float best_gemv_ms = std::numeric_limits<float>::max(), cublas_ms = std::numeric_limits<float>::max();
+  float cublas_ms = std::numeric_limits<float>::infinity();
+  std::vector<std::pair<int, float>> gemv_ms;
   for (int candidate : {0, 1, 2, 4}) {
     if (gemv_mode_ == 1 && candidate == 0) continue;
     auto run = [&] {
@@ -161,21 +178,10 @@ int Gemm::choose(const void* x, const void* w, const Key& key) {
     TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
     ms /= kRepeats;
     report += fmt::format(" {} {:.1f} us", choice_name(candidate), ms * 1e3);
-    if (candidate == 0) {
-      cublas_ms = ms;
-    } else if (ms < best_gemv_ms) {
-      best_gemv_ms = ms;
-      best_gemv = candidate;
-    }
+    if (candidate == 0) cublas_ms = ms;
+    else gemv_ms.emplace_back(candidate, ms);
   }
-  // cuBLASLt must beat the fastest GEMV by a margin: timed alone, a shape
-  // shows neither what the GEMV saves around it in a decode step (it launches
-  // while the kernel before it finishes and lets the next one do the same;
-  // cuBLASLt's kernels do neither) nor the separate norm or SiLU·mul kernel
-  // the fused GEMV replaces. Decode shapes where the two are within a few per
-  // cent (the 7B shape's down projection on an H100) lost a kernel and two
-  // launch gaps a layer to noise in the timing.
-  const int best = best_gemv != 0 && best_gemv_ms * kCublasMargin <= cublas_ms ? best_gemv : 0;
+  const int best = choose_linear_kernel(cublas_ms, gemv_ms);
   log_debug("linear m={} n={} k={} {}->{}:{} -> {}", m, n, k, dtype_name(in_dtype), dtype_name(out_dtype), report,
             choice_name(best));
   choices_.emplace(key, best);

@@ -17,12 +17,20 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/gemv.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 
 namespace tessera::backend::cuda {
+
+// The kernel of a skinny shape from its first-call timings (ms): the
+// fastest GEMV variant of gemv_ms (rows per warp, time) unless cuBLASLt's
+// time (infinity where it was not timed) is under nine tenths of it; 0 is
+// cuBLASLt.
+int choose_linear_kernel(float cublas_ms, const std::vector<std::pair<int, float>>& gemv_ms);
 
 class Gemm {
  public:
