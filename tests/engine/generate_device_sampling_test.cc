@@ -12,10 +12,10 @@
 
 #include <cmath>
 #include <limits>
-#include <memory>
 #include <vector>
 
 #include "../decode_graph_schedule.h"
+#include "../forwarding_cpu_backend.h"
 #include "backend/backend.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
@@ -24,44 +24,8 @@
 namespace tessera::engine {
 namespace {
 
-class RowSamplingCpuBackend final : public backend::Backend {
+class RowSamplingCpuBackend final : public testing::ForwardingCpuBackend {
  public:
-  RowSamplingCpuBackend() : cpu_(backend::make_cpu_backend()) {}
-
-  Device device() const override { return cpu_->device(); }
-  Allocator& allocator() override { return cpu_->allocator(); }
-  DType compute_dtype() const override { return cpu_->compute_dtype(); }
-  Tensor upload_weight(const Tensor& host) override { return cpu_->upload_weight(host); }
-  Tensor to_host_f32(const Tensor& t) override { return cpu_->to_host_f32(t); }
-  void copy(const Tensor& src, Tensor& dst) override { cpu_->copy(src, dst); }
-  void synchronize() override { cpu_->synchronize(); }
-  void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
-    cpu_->embedding(table, ids, out);
-  }
-  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
-    cpu_->rms_norm(x, weight, eps, out);
-  }
-  void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
-    cpu_->add_rms_norm(residual, x, weight, eps, out);
-  }
-  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override {
-    cpu_->linear(x, weight, bias, out);
-  }
-  void rope_and_cache_write(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq,
-                            float attention_scaling, const backend::AttentionBatch& batch,
-                            backend::PagedKvLayer& cache, int64_t block_size) override {
-    cpu_->rope_and_cache_write(qkv, num_heads, inv_freq, attention_scaling, batch, cache, block_size);
-  }
-  void paged_attention(const Tensor& qkv, int64_t num_heads, const backend::AttentionBatch& batch,
-                       const backend::PagedKvLayer& cache, int64_t block_size, Tensor& out) override {
-    cpu_->paged_attention(qkv, num_heads, batch, cache, block_size, out);
-  }
-  void silu_mul(const Tensor& gate_up, Tensor& out) override { cpu_->silu_mul(gate_up, out); }
-  void add(Tensor& x, const Tensor& y) override { cpu_->add(x, y); }
-  void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
-    cpu_->gather_rows(x, rows, out);
-  }
-
   bool samples_rows() const override { return true; }
   std::vector<int32_t> sample_rows(Tensor& logits, const backend::SamplingBatch& sampling) override {
     const int64_t vocab = logits.dim(1);
@@ -90,9 +54,6 @@ class RowSamplingCpuBackend final : public backend::Backend {
 
   bool apply_edits = true;
   int64_t calls = 0, edits_seen = 0;
-
- private:
-  std::unique_ptr<backend::Backend> cpu_;
 };
 
 GenerateOptions penalized_greedy() {

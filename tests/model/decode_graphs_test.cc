@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../decode_graph_schedule.h"
+#include "../forwarding_cpu_backend.h"
 #include "backend/backend.h"
 #include "model/decode_graphs.h"
 #include "model/random_weights.h"
@@ -28,16 +29,8 @@ class RecordedGraph final : public backend::DeviceGraph {
   }
 };
 
-class RecordingCpuBackend final : public backend::Backend {
+class RecordingCpuBackend final : public testing::ForwardingCpuBackend {
  public:
-  RecordingCpuBackend() : cpu_(backend::make_cpu_backend()) {}
-
-  Device device() const override { return cpu_->device(); }
-  Allocator& allocator() override { return cpu_->allocator(); }
-  DType compute_dtype() const override { return cpu_->compute_dtype(); }
-  Tensor upload_weight(const Tensor& host) override { return cpu_->upload_weight(host); }
-  Tensor to_host_f32(const Tensor& t) override { return cpu_->to_host_f32(t); }
-  void copy(const Tensor& src, Tensor& dst) override { cpu_->copy(src, dst); }
   void synchronize() override {}
 
   // Host inputs: kept as the last forward or staging gave them (a device's
@@ -47,11 +40,11 @@ class RecordingCpuBackend final : public backend::Backend {
   }
   void embedding(const Tensor& table, const std::vector<int32_t>& ids, Tensor& out) override {
     if (!capturing_) ids_ = ids;
-    run([this, table, out]() mutable { cpu_->embedding(table, ids_, out); });
+    run([this, table, out]() mutable { cpu().embedding(table, ids_, out); });
   }
   void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
     if (!capturing_) rows_ = rows;
-    run([this, x, out]() mutable { cpu_->gather_rows(x, rows_, out); });
+    run([this, x, out]() mutable { cpu().gather_rows(x, rows_, out); });
   }
   void rope_and_cache_write(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq,
                             float attention_scaling, const backend::AttentionBatch&, backend::PagedKvLayer& cache,
@@ -59,30 +52,30 @@ class RecordingCpuBackend final : public backend::Backend {
     if (!capturing_) inv_freq_ = inv_freq;
     backend::PagedKvLayer* layer = &cache;
     run([this, qkv, num_heads, attention_scaling, layer, block_size]() mutable {
-      cpu_->rope_and_cache_write(qkv, num_heads, inv_freq_, attention_scaling, batch_, *layer, block_size);
+      cpu().rope_and_cache_write(qkv, num_heads, inv_freq_, attention_scaling, batch_, *layer, block_size);
     });
   }
   void paged_attention(const Tensor& qkv, int64_t num_heads, const backend::AttentionBatch&,
                        const backend::PagedKvLayer& cache, int64_t block_size, Tensor& out) override {
     const backend::PagedKvLayer* layer = &cache;
     run([this, qkv, num_heads, layer, block_size, out]() mutable {
-      cpu_->paged_attention(qkv, num_heads, batch_, *layer, block_size, out);
+      cpu().paged_attention(qkv, num_heads, batch_, *layer, block_size, out);
     });
   }
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
-    run([this, x, weight, eps, out]() mutable { cpu_->rms_norm(x, weight, eps, out); });
+    run([this, x, weight, eps, out]() mutable { cpu().rms_norm(x, weight, eps, out); });
   }
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
-    run([this, residual, x, weight, eps, out]() mutable { cpu_->add_rms_norm(residual, x, weight, eps, out); });
+    run([this, residual, x, weight, eps, out]() mutable { cpu().add_rms_norm(residual, x, weight, eps, out); });
   }
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) override {
-    run([this, x, weight, bias, out]() mutable { cpu_->linear(x, weight, bias, out); });
+    run([this, x, weight, bias, out]() mutable { cpu().linear(x, weight, bias, out); });
   }
   void silu_mul(const Tensor& gate_up, Tensor& out) override {
-    run([this, gate_up, out]() mutable { cpu_->silu_mul(gate_up, out); });
+    run([this, gate_up, out]() mutable { cpu().silu_mul(gate_up, out); });
   }
   void add(Tensor& x, const Tensor& y) override {
-    run([this, x, y]() mutable { cpu_->add(x, y); });
+    run([this, x, y]() mutable { cpu().add(x, y); });
   }
 
   bool supports_graphs() const override { return true; }
@@ -106,7 +99,6 @@ class RecordingCpuBackend final : public backend::Backend {
     }
   }
 
-  std::unique_ptr<backend::Backend> cpu_;
   bool capturing_ = false, staging_ = false;
   std::unique_ptr<RecordedGraph> graph_;
   backend::AttentionBatch batch_;
