@@ -27,7 +27,9 @@
 //     kernel (every row but the new token's was written before it began);
 //   - with DecodeRope, q is rotated as it is staged and the pieces holding
 //     the new token rotate its k and write it and its v into the cache
-//     first: RoPE costs no kernel of its own on decode steps.
+//     first: RoPE costs no kernel of its own on decode steps. Its angles are
+//     taken before the wait, and the new row is read from shared memory,
+//     not back from the cache.
 // Every length is read from device memory (positions), never from the launch,
 // so a captured CUDA graph stays right while sequences grow: blocks past a
 // sequence's pieces return at once.
@@ -147,12 +149,33 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // The new token's row is written by that kernel (RoPE) or by this one.
   const int32_t first_pass = begin + warp * L::kRowsPerWarp;
   load_pass(first_pass, last);
+  // The rotation's angle depends on the position and inv_freq (a host upload)
+  // only, so it is taken before the wait too: where the block's threads are a
+  // multiple of head_dim / 2, each thread only ever rotates element pairs at
+  // one offset d = threadIdx.x % (head_dim / 2).
+  constexpr int kHalf = kHeadDim / 2;
+  constexpr bool kOneAngle = (kDecodeWarps * 32) % kHalf == 0;
+  const bool holds_new = begin <= last && last < end;
+  float rope_cos = 0.0f, rope_sin = 0.0f;
+  int64_t new_row = 0;
+  if (inv_freq != nullptr) {
+    new_row = ((int64_t(table[last / block_size]) * kv_heads + kv) * block_size + last % block_size) * kHeadDim;
+    if (kOneAngle) {
+      sincosf(static_cast<float>(last) * inv_freq[seq * kHalf + threadIdx.x % kHalf], &rope_sin, &rope_cos);
+      rope_cos *= rope_scaling;
+      rope_sin *= rope_scaling;
+    }
+  }
   wait_for_previous_kernel();
   if (early) allow_next_kernel();  // few blocks: the next GEMV's can load weights beside them
 
   __shared__ float q_shared[kGroup][kHeadDim];
   __shared__ float m_shared[L::kRowGroups][kGroup], l_shared[L::kRowGroups][kGroup];
   __shared__ float acc_shared[L::kRowGroups][kGroup][kHeadDim];
+  // The new token's rotated k and its v, as the cache holds them: the row
+  // group that takes its position reads them here rather than back from the
+  // cache it was just written to (a round trip through L2 on the critical path).
+  __shared__ __align__(16) T kv_new_shared[2][kHeadDim];
 
   const float scale = rsqrtf(static_cast<float>(kHeadDim));
   const T* q_row = qkv + seq * qkv_size + int64_t(head0) * kHeadDim;
@@ -165,18 +188,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     // T) of the block's q heads and, in the pieces that hold the new token,
     // of its k, which goes to the cache with its v. Blocks of one KV head
     // (groups over 8) write the same values.
-    constexpr int kHalf = kHeadDim / 2;
     const float* freq = inv_freq + seq * kHalf;
-    const bool holds_new = begin <= last && last < end;
-    const int64_t new_row =
-        ((int64_t(table[last / block_size]) * kv_heads + kv) * block_size + last % block_size) * kHeadDim;
     const T* k_new = qkv + seq * qkv_size + int64_t(heads + kv) * kHeadDim;
     for (int i = threadIdx.x; i < (count + (holds_new ? 1 : 0)) * kHalf; i += blockDim.x) {
       const int h = i / kHalf, d = i % kHalf;
-      float s, c;
-      sincosf(static_cast<float>(last) * freq[d], &s, &c);
-      c *= rope_scaling;
-      s *= rope_scaling;
+      float s = rope_sin, c = rope_cos;
+      if (!kOneAngle) {
+        sincosf(static_cast<float>(last) * freq[d], &s, &c);
+        c *= rope_scaling;
+        s *= rope_scaling;
+      }
       const T* src = h < count ? q_row + h * kHeadDim : k_new;
       const float x1 = to_float(src[d]), x2 = to_float(src[d + kHalf]);
       const T r1 = from_float<T>(x1 * c - x2 * s), r2 = from_float<T>(x2 * c + x1 * s);
@@ -186,14 +207,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       } else {
         k_cache[new_row + d] = r1;
         k_cache[new_row + d + kHalf] = r2;
+        kv_new_shared[0][d] = r1;
+        kv_new_shared[0][d + kHalf] = r2;
       }
     }
     if (holds_new) {
       const T* v_new = qkv + seq * qkv_size + int64_t(heads + kv_heads + kv) * kHeadDim;
-      for (int i = threadIdx.x; i < kHeadDim; i += blockDim.x) v_cache[new_row + i] = v_new[i];
+      for (int i = threadIdx.x; i < kHeadDim; i += blockDim.x) v_cache[new_row + i] = kv_new_shared[1][i] = v_new[i];
     }
   }
-  __syncthreads();  // q_shared, and the new row in the cache, for the whole block
+  __syncthreads();  // q_shared, and the new row in the cache and kv_new_shared, for the whole block
 
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
@@ -204,8 +227,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       for (int j = 0; j < L::kLoads; ++j) {
         const int chunk = j * L::kLanes + li;
         if (chunk < L::kChunks) {
-          kr[u][j] = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
-          vr[u][j] = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
+          if (inv_freq != nullptr) {
+            kr[u][j] = *reinterpret_cast<const uint4*>(&kv_new_shared[0][chunk * L::kVec]);
+            vr[u][j] = *reinterpret_cast<const uint4*>(&kv_new_shared[1][chunk * L::kVec]);
+          } else {  // the previous kernel wrote it
+            kr[u][j] = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
+            vr[u][j] = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
+          }
         }
       }
     }
