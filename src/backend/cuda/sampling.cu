@@ -393,6 +393,39 @@ __global__ void apply_logit_edits_kernel(float* __restrict__ logits, int64_t voc
   *x = v;
 }
 
+// This thread's share of the scan for the largest x[j] (lowest j on a tie).
+// Where the row allows, 16-byte loads, four of them in flight a thread: at
+// batch 1 this scan of the vocabulary is the whole kernel, one block long.
+__device__ Best likeliest_logit(const float* __restrict__ x, int64_t n) {
+  Best mine{-INFINITY, 0x7fffffff};
+  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    constexpr int kLoads = 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const int64_t n4 = n / 4;
+    for (int64_t base = threadIdx.x; base < n4; base += int64_t(blockDim.x) * kLoads) {
+      float4 v[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int64_t i = base + int64_t(u) * blockDim.x;
+        v[u] = i < n4 ? __ldg(x4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int64_t i = base + int64_t(u) * blockDim.x;
+        if (i >= n4) break;  // past the row: no candidate (not even -inf at an id past n)
+        const auto id = static_cast<int32_t>(4 * i);
+        mine = Likelier()(mine, Best{v[u].x, id});
+        mine = Likelier()(mine, Best{v[u].y, id + 1});
+        mine = Likelier()(mine, Best{v[u].z, id + 2});
+        mine = Likelier()(mine, Best{v[u].w, id + 3});
+      }
+    }
+    return mine;
+  }
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mine = Likelier()(mine, Best{x[j], static_cast<int32_t>(j)});
+  return mine;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __restrict__ logits, int64_t n,
                                                                const SamplingRow* __restrict__ rows,
                                                                int32_t* __restrict__ ids) {
@@ -402,16 +435,14 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
   const bool greedy = p.temperature <= 0.0f;
   Row row{logits + int64_t(blockIdx.x) * n, n, greedy ? 1.0f : p.temperature, 0.0f};
 
-  // 1. The likeliest token (temperature 0: the answer; x / 1 is x).
-  Best mine{-INFINITY, 0x7fffffff};
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const Best candidate{row.value(j), static_cast<int32_t>(j)};
-    mine = Likelier()(mine, candidate);
-  }
-  const Best best = ReduceBest(s.cub.best).Reduce(mine, Likelier());
+  // 1. The likeliest token (temperature 0: the answer). x / T rounds
+  // monotonically in x (T > 0), so the largest processed logit is the largest
+  // logit over T, rounded the same way: the scan reads the raw row, without a
+  // division per token, and its id (lowest on a tie) is only used at T = 0.
+  const Best best = ReduceBest(s.cub.best).Reduce(likeliest_logit(row.x, n), Likelier());
   if (threadIdx.x == 0) s.best = best;
   __syncthreads();
-  row.best = s.best.value;
+  row.best = s.best.value / row.temperature;
   // A row of -inf (or NaN) only: id 0, as the host's argmax starts there.
   const int32_t best_id = s.best.id == 0x7fffffff ? 0 : s.best.id;
   if (greedy || row.best == -INFINITY) {
