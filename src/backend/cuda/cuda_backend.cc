@@ -62,6 +62,10 @@ size_t l2_prefetch_budget(int index) {
 
 // A device copy of a small host int/float vector, reallocated only when it
 // grows (then `generation` is bumped: recorded graphs read the old buffer).
+// Values equal to the last upload are not copied again: of a decode step's
+// inputs only the token ids and positions change from step to step, and each
+// copy from pageable memory is a transfer of its own ahead of the step's
+// kernels (and may wait for the stream). No kernel writes these buffers.
 template <typename V>
 class DeviceVector {
  public:
@@ -71,10 +75,14 @@ class DeviceVector {
       buffer_ = Tensor::empty({static_cast<int64_t>(host.size() * 2)}, sizeof(V) == 4 ? DType::kI32 : DType::kI64,
                               allocator);
       ++generation;
+      last_.clear();
+    } else if (host == last_) {
+      return static_cast<const V*>(buffer_.raw_data());
     }
     // Pageable source: the copy is staged before the call returns, so `host` may change afterwards.
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(buffer_.raw_data(), host.data(), host.size() * sizeof(V),
                                        cudaMemcpyHostToDevice, stream));
+    last_ = host;
     return static_cast<const V*>(buffer_.raw_data());
   }
   // Where the last upload of `count` values went (recording a graph: no copy).
@@ -88,6 +96,13 @@ class DeviceVector {
 
  private:
   Tensor buffer_;
+  std::vector<V> last_;  // what buffer_ holds
+};
+
+// A device buffer of raw bytes and what it holds.
+struct DeviceBytes {
+  Tensor device;
+  std::vector<uint8_t> last;
 };
 
 // Page-locked host memory for copies to the host: a device-to-host copy into
@@ -610,11 +625,21 @@ class CudaBackend final : public Backend {
  private:
   // `bytes` of host memory into `buffer` (grown as needed), for kernels that
   // run outside any graph.
-  const void* upload_bytes(Tensor& buffer, const void* data, size_t bytes) {
+  // Bytes equal to the last upload are not copied again (DeviceVector): a
+  // step's sampling rows seldom change, and the copy would wait for the
+  // forward before it.
+  const void* upload_bytes(DeviceBytes& buffer, const void* data, size_t bytes) {
     const auto words = static_cast<int64_t>((bytes + 3) / 4);
-    if (!buffer.defined() || buffer.numel() < words) buffer = Tensor::empty({2 * words}, DType::kI32, *allocator_);
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(buffer.raw_data(), data, bytes, cudaMemcpyHostToDevice, stream_));
-    return buffer.raw_data();
+    const auto* first = static_cast<const uint8_t*>(data);
+    if (!buffer.device.defined() || buffer.device.numel() < words) {
+      buffer.device = Tensor::empty({2 * words}, DType::kI32, *allocator_);
+      buffer.last.clear();
+    } else if (std::equal(first, first + bytes, buffer.last.begin(), buffer.last.end())) {
+      return buffer.device.raw_data();
+    }
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(buffer.device.raw_data(), data, bytes, cudaMemcpyHostToDevice, stream_));
+    buffer.last.assign(first, first + bytes);
+    return buffer.device.raw_data();
   }
 
   // Host values to the device buffer the kernels read; while a graph records,
@@ -709,7 +734,7 @@ class CudaBackend final : public Backend {
   bool l2_prefetch_kernel_ = false;
   bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
   Tensor sampled_ids_;                 // [rows] i32: sampled ids before their copy to the host
-  Tensor sampling_rows_, logit_edits_; // bytes of a step's SamplingRows and LogitEdits (never read by graphs)
+  DeviceBytes sampling_rows_, logit_edits_;  // a step's SamplingRows and LogitEdits (never read by graphs)
   PinnedStaging pinned_;               // to_host_f32's landing place
   int device_capability_ = 0;  // the GPU's own (CudaDeviceInfo::device_capability)
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)
