@@ -142,10 +142,10 @@ int choose_linear_kernel(float cublas_ms, const std::vector<std::pair<int, float
   return best != 0 && !(cublas_ms < kCublasMargin * best_ms) ? best : 0;
 }
 
-int Gemm::choose(const void* x, const void* w, const Key& key) {
+int Gemm::choose(const void* x, const void* w, const Key& key, const GemvFusion& fusion) {
   auto [m, n, k, in_dtype, out_dtype] = key;
   if (gemv_mode_ == 0 || !gemv_supported(x, w, m, k, in_dtype, out_dtype)) return 0;
-  auto it = choices_.find(key);
+  auto it = choices_.find({key, fusion.input});
   if (it != choices_.end()) return it->second;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
@@ -159,6 +159,9 @@ int Gemm::choose(const void* x, const void* w, const Key& key) {
   void* y = timing_output(dtype_bytes(out_dtype, static_cast<size_t>(m * n)));
   Tensor scratch = y != nullptr ? Tensor() : Tensor::empty({m, n}, out_dtype, allocator_);
   if (y == nullptr) y = scratch.raw_data();
+  GemvFusion timed = fusion;  // its input, norm weight and bias; no add into y, no prefetch
+  timed.accumulate = false;
+  timed.prefetch = PrefetchRanges{};
   EventPair events;
   std::string report;
   float cublas_ms = std::numeric_limits<float>::infinity();
@@ -167,7 +170,7 @@ int Gemm::choose(const void* x, const void* w, const Key& key) {
     if (gemv_mode_ == 1 && candidate == 0) continue;
     auto run = [&] {
       if (candidate == 0) run_cublas(x, w, y, key);
-      else launch_gemv(x, w, y, m, n, k, in_dtype, out_dtype, candidate, stream_);
+      else launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, candidate, timed, stream_);
     };
     run();  // warm-up: plans, instruction cache
     TESSERA_CUDA_CHECK(cudaEventRecord(events.start, stream_));
@@ -182,14 +185,16 @@ int Gemm::choose(const void* x, const void* w, const Key& key) {
     else gemv_ms.emplace_back(candidate, ms);
   }
   const int best = choose_linear_kernel(cublas_ms, gemv_ms);
-  log_debug("linear m={} n={} k={} {}->{}:{} -> {}", m, n, k, dtype_name(in_dtype), dtype_name(out_dtype), report,
-            choice_name(best));
-  choices_.emplace(key, best);
+  static const char* const kInputNames[] = {"", " rms_norm", " silu_mul"};
+  log_debug("linear m={} n={} k={} {}->{}{}:{} -> {}", m, n, k, dtype_name(in_dtype), dtype_name(out_dtype),
+            kInputNames[static_cast<int>(fusion.input)], report, choice_name(best));
+  choices_.emplace(std::make_pair(key, fusion.input), best);
   return best;
 }
 
-std::string Gemm::choice_for(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype) const {
-  auto it = choices_.find({m, n, k, in_dtype, out_dtype});
+std::string Gemm::choice_for(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype,
+                             FusedInput input) const {
+  auto it = choices_.find({Key{m, n, k, in_dtype, out_dtype}, input});
   return it == choices_.end() ? std::string() : choice_name(it->second);
 }
 
@@ -197,7 +202,7 @@ void Gemm::linear(const void* x, const void* w, void* y, int64_t m, int64_t n, i
                   DType out_dtype, bool accumulate) {
   if (m == 0 || n == 0) return;
   const Key key{m, n, k, in_dtype, out_dtype};
-  const int choice = choose(x, w, key);
+  const int choice = choose(x, w, key, GemvFusion{});
   if (choice == 0) {
     run_cublas(x, w, y, key, accumulate);
   } else {
@@ -211,7 +216,7 @@ bool Gemm::linear_fused(const void* x, const void* w, void* y, int64_t m, int64_
                         DType out_dtype, const GemvFusion& fusion) {
   if (m == 0 || n == 0) return true;
   if (!gemv_fusion_supported(fusion, x, w, m, k, in_dtype, out_dtype)) return false;
-  const int choice = choose(x, w, {m, n, k, in_dtype, out_dtype});
+  const int choice = choose(x, w, {m, n, k, in_dtype, out_dtype}, fusion);
   if (choice == 0) return false;
   launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, choice, fusion, stream_);
   return true;

@@ -45,8 +45,10 @@ class Gemm {
               bool accumulate = false);
 
   // y = f(x) · wᵀ with the GEMV's fusion (gemv.h) where the GEMV is this
-  // shape's kernel (decided as for linear, by timing the unfused kernels);
-  // false where cuBLASLt is or the fusion does not apply, and nothing ran.
+  // shape's kernel (decided as for linear, timing the GEMV variants with
+  // this fused input: a fused input adds work to every warp, so its fastest
+  // rows per warp may differ from the plain product's); false where cuBLASLt
+  // is or the fusion does not apply, and nothing ran.
   bool linear_fused(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
                     DType out_dtype, const GemvFusion& fusion);
 
@@ -55,8 +57,9 @@ class Gemm {
   // cuBLASLt call), or null when it does not fit.
   void* timing_output(size_t bytes);
 
-  // The kernel chosen for a shape so far: "cublaslt", "gemv/rN" or "" (not decided yet).
-  std::string choice_for(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype) const;
+  // The kernel chosen for a shape (and fused input) so far: "cublaslt", "gemv/rN" or "" (not decided yet).
+  std::string choice_for(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype,
+                         FusedInput input = FusedInput::kPlain) const;
 
  private:
   using Key = std::tuple<int64_t, int64_t, int64_t, DType, DType>;
@@ -64,15 +67,16 @@ class Gemm {
   Plan& plan_for(const Key& key);
   void run_cublas(const void* x, const void* w, void* y, const Key& key, bool accumulate = false);
   // 0: cuBLASLt, 1/2/4: the GEMV with that many rows per warp; the
-  // candidates are timed on x and w, into a scratch output.
-  int choose(const void* x, const void* w, const Key& key);
+  // candidates are timed on x and w (the GEMV with `fusion`'s input, norm
+  // weight and bias), into a scratch output.
+  int choose(const void* x, const void* w, const Key& key, const GemvFusion& fusion);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   Allocator& allocator_;
   Tensor workspace_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
-  std::map<Key, int> choices_;
+  std::map<std::pair<Key, FusedInput>, int> choices_;
   int gemv_mode_ = -1;  // TESSERA_GEMV: -1 decide by timing, 0 never, 1 always where it applies
 };
 
