@@ -340,32 +340,54 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   __syncthreads();
   if (!last_to_arrive) return;
   __threadfence();
-  __shared__ float weight_shared[kGroup][kMaxSplits];
-  __shared__ float total_shared[kGroup];
-  for (int i = threadIdx.x; i < count * used; i += blockDim.x) {
-    const int g = i / used, s = i % used;
-    weight_shared[g][s] = __ldcg(partial + ((seq * heads + head0 + g) * num_splits + s) * (kHeadDim + 1) + kHeadDim);
+  // Each thread weighs the pieces for its output elements itself, reading a
+  // batch of pieces' log-sum-exps and values together: one round trip to L2
+  // per batch (most steps need one), where reading the log-sum-exps first
+  // and the values after a barrier took two.
+  constexpr int kThreads = kDecodeWarps * 32;
+  constexpr int kElems = (kGroup * kHeadDim + kThreads - 1) / kThreads;
+  constexpr int kBatch = 8;
+  float run_max[kElems], total[kElems], value[kElems];
+#pragma unroll
+  for (int e = 0; e < kElems; ++e) {
+    run_max[e] = -INFINITY;
+    total[e] = value[e] = 0.0f;
   }
-  __syncthreads();
-  if (threadIdx.x < count) {
-    const int g = threadIdx.x;
-    float lse_max = -INFINITY;
-    for (int s = 0; s < used; ++s) lse_max = fmaxf(lse_max, weight_shared[g][s]);
-    float total = 0.0f;
-    for (int s = 0; s < used; ++s) {
-      const float w = weight_shared[g][s] == -INFINITY ? 0.0f : __expf(weight_shared[g][s] - lse_max);
-      weight_shared[g][s] = w;
-      total += w;
+  for (int s0 = 0; s0 < used; s0 += kBatch) {
+    float lse[kElems][kBatch], v[kElems][kBatch];
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      const int i = threadIdx.x + e * kThreads, g = i / kHeadDim, d = i % kHeadDim;
+      const float* slots = partial + (seq * heads + head0 + g) * num_splits * int64_t(kHeadDim + 1);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const bool in = i < count * kHeadDim && s0 + j < used;
+        lse[e][j] = in ? __ldcg(slots + (s0 + j) * (kHeadDim + 1) + kHeadDim) : -INFINITY;
+        v[e][j] = in ? __ldcg(slots + (s0 + j) * (kHeadDim + 1) + d) : 0.0f;
+      }
     }
-    total_shared[g] = total;
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) {
+      float batch_max = run_max[e];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) batch_max = fmaxf(batch_max, lse[e][j]);
+      if (batch_max == -INFINITY) continue;
+      const float correction = __expf(run_max[e] - batch_max);  // 0 while run_max is -inf
+      total[e] *= correction;
+      value[e] *= correction;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const float w = lse[e][j] == -INFINITY ? 0.0f : __expf(lse[e][j] - batch_max);
+        total[e] += w;
+        value[e] = fmaf(w, v[e][j], value[e]);
+      }
+      run_max[e] = batch_max;
+    }
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < count * kHeadDim; i += blockDim.x) {
-    const int g = i / kHeadDim, d = i % kHeadDim;
-    const float* slots = partial + (seq * heads + head0 + g) * num_splits * int64_t(kHeadDim + 1);
-    float value = 0.0f;
-    for (int s = 0; s < used; ++s) value += weight_shared[g][s] * __ldcg(slots + s * (kHeadDim + 1) + d);
-    out[(seq * heads + head0 + g) * kHeadDim + d] = from_float<T>(value / total_shared[g]);
+#pragma unroll
+  for (int e = 0; e < kElems; ++e) {
+    const int i = threadIdx.x + e * kThreads;
+    if (i < count * kHeadDim) out[(seq * heads + head0) * kHeadDim + i] = from_float<T>(value[e] / total[e]);
   }
 }
 
