@@ -24,13 +24,21 @@ bool graphs_allowed_by_environment() {
 }  // namespace
 
 Transformer::Transformer(ModelSpec spec, ModelWeights weights, backend::Backend& backend)
-    : spec_(std::move(spec)), shard_(make_tp_shard(spec_, 0, 1)), weights_(std::move(weights)), backend_(backend) {
+    : spec_(std::move(spec)),
+      shard_(make_tp_shard(spec_, 0, 1)),
+      weights_(std::move(weights)),
+      backend_(backend),
+      short_rope_(rope_frequencies(spec_, 1)) {
   make_graphs();
 }
 
 Transformer::Transformer(ModelSpec spec, TpShard shard, ModelWeights weights, backend::Backend& backend,
                          comm::Communicator* comm)
-    : spec_(std::move(spec)), shard_(shard), weights_(std::move(weights)), backend_(backend) {
+    : spec_(std::move(spec)),
+      shard_(shard),
+      weights_(std::move(weights)),
+      backend_(backend),
+      short_rope_(rope_frequencies(spec_, 1)) {
   set_communicator(comm);
   make_graphs();
 }
@@ -169,7 +177,12 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
     for (int32_t t = attention.query_start[s]; t < attention.query_start[s + 1]; ++t) {
       last_position = std::max(last_position, attention.positions[t]);
     }
-    RopeFrequencies rope = rope_frequencies(spec_, last_position + 1);
+    // Frequencies of any length but a dynamic NTK one's past the trained
+    // context are the same: made once (head_dim / 2 powers per sequence and
+    // step were most of a decode step's host time at batch 64).
+    const RopeFrequencies rope = rope_depends_on_length(spec_, last_position + 1)
+                                     ? rope_frequencies(spec_, last_position + 1)
+                                     : short_rope_;
     inv_freq.insert(inv_freq.end(), rope.inv_freq.begin(), rope.inv_freq.end());
     attention_scaling = rope.attention_scaling;
   }

@@ -24,6 +24,7 @@
 #include "comm/communicator.h"
 #include "model/decode_graphs.h"
 #include "model/forward_batch.h"
+#include "model/layers/rope.h"
 #include "model/model_spec.h"
 #include "model/shard.h"
 #include "model/weights.h"
@@ -103,6 +104,7 @@ class Transformer {
   TpShard shard_;
   ModelWeights weights_;
   backend::Backend& backend_;
+  RopeFrequencies short_rope_;  // the frequencies wherever rope_depends_on_length is false
   comm::Communicator* comm_ = nullptr;
   TraceFn trace_;
   std::unique_ptr<DecodeGraphs> graphs_;  // null without device graphs

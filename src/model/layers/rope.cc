@@ -55,12 +55,16 @@ void apply_yarn(std::vector<float>& inv_freq, const RopeScaling& s, double base,
 
 }  // namespace
 
+bool rope_depends_on_length(const ModelSpec& spec, int64_t seq_len) {
+  return spec.rope_scaling.type == RopeScalingType::kDynamic && seq_len > spec.max_position_embeddings;
+}
+
 RopeFrequencies rope_frequencies(const ModelSpec& spec, int64_t seq_len) {
   const RopeScaling& s = spec.rope_scaling;
   const int64_t dim = spec.head_dim;
   double base = spec.rope_theta;
   RopeFrequencies out;
-  if (s.type == RopeScalingType::kDynamic && seq_len > spec.max_position_embeddings) {
+  if (rope_depends_on_length(spec, seq_len)) {
     const double ratio = s.factor * static_cast<double>(seq_len) / spec.max_position_embeddings - (s.factor - 1.0);
     base *= std::pow(ratio, static_cast<double>(dim) / (dim - 2));
   }

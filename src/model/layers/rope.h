@@ -19,4 +19,7 @@ struct RopeFrequencies {
 // max_position_embeddings, and is applied to the tokens computed in that step.
 RopeFrequencies rope_frequencies(const ModelSpec& spec, int64_t seq_len);
 
+// Whether rope_frequencies(spec, seq_len) differs from rope_frequencies(spec, 1).
+bool rope_depends_on_length(const ModelSpec& spec, int64_t seq_len);
+
 }  // namespace tessera::model
