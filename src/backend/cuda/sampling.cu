@@ -394,12 +394,14 @@ __global__ void apply_logit_edits_kernel(float* __restrict__ logits, int64_t voc
 }
 
 // This thread's share of the scan for the largest x[j] (lowest j on a tie).
-// Where the row allows, 16-byte loads, four of them in flight a thread: at
-// batch 1 this scan of the vocabulary is the whole kernel, one block long.
+// Where the row allows, 16-byte loads, sixteen of them in flight a thread: at
+// batch 1 this scan of the vocabulary is the whole kernel, one block long,
+// and bound by the latency of its loads (with four in flight a thread it
+// moved about 35 GB/s: 10.6 us for 92,544 logits on an H100).
 __device__ Best likeliest_logit(const float* __restrict__ x, int64_t n) {
   Best mine{-INFINITY, 0x7fffffff};
   if (n % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    constexpr int kLoads = 4;
+    constexpr int kLoads = 16;
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const int64_t n4 = n / 4;
     for (int64_t base = threadIdx.x; base < n4; base += int64_t(blockDim.x) * kLoads) {
