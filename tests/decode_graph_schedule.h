@@ -74,6 +74,7 @@ inline int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>
 struct Outcome {
   Closeness worst;  // the largest deviation of any decode step's logits
   int64_t graph_replays = 0;
+  double replay_host_seconds = 0;  // the graphs model's host time before its replays ran
   bool graphs_on = false;
 };
 
@@ -127,6 +128,7 @@ inline Outcome run_decode_schedule(model::Transformer* graphs, model::Transforme
   decode({0, 2, 4}, 5);                     // bucket 4 again, recorded again over the larger logits buffer
   decode({3}, 5);                           // bucket 1
   outcome.graph_replays = graphs->graph_replays();
+  outcome.replay_host_seconds = graphs->graph_replay_host_seconds();
   outcome.graphs_on = graphs->graphs_enabled();
   return outcome;
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <string>
 
 #include "backend/backend.h"
 #include "cli/bench_limits.h"
@@ -30,6 +31,7 @@ struct Row {
   std::string format;
   int64_t batch = 0;
   double step_seconds = 0;
+  double host_seconds = -1;  // of a replayed step, before its graph runs; -1 without graphs
   double bytes = 0;
 };
 
@@ -67,11 +69,16 @@ Row time_decode(model::Transformer& model, int64_t batch, const DecodeTableArgs&
   step(make_batch(0, args.prompt_tokens));
   int64_t position = args.prompt_tokens;
   for (int i = 0; i < 2; ++i) step(make_batch(position++, 1));  // warm-up
+  const int64_t replays_before = model.graph_replays();
+  const double host_before = model.graph_replay_host_seconds();
   auto start = Clock::now();
   for (int64_t i = 0; i < args.decode_tokens; ++i) step(make_batch(position++, 1));
   Row row;
   row.batch = batch;
   row.step_seconds = std::chrono::duration<double>(Clock::now() - start).count() / args.decode_tokens;
+  if (const int64_t replays = model.graph_replays() - replays_before; replays > 0) {
+    row.host_seconds = (model.graph_replay_host_seconds() - host_before) / static_cast<double>(replays);
+  }
   const double element_bytes = static_cast<double>(dtype_bytes(model.backend().compute_dtype(), 1));
   const double kv = element_bytes * 2 * spec.num_layers * spec.kv_size() * batch *
                     (args.prompt_tokens + args.decode_tokens / 2.0 + 2);
@@ -97,6 +104,8 @@ int run_decode_table(const DecodeTableArgs& args) {
   fmt::print("model           random {} on {}, activations {}\n", args.random_shape, device.to_string(),
              dtype_name(backend->compute_dtype()));
   fmt::print("copy bandwidth  {:.1f} GB/s (read + write, measured now)\n", bandwidth / 1e9);
+  fmt::print("host us         of a step replayed by a device graph: staging its inputs and launching the graph, "
+             "while the device waits\n");
   fmt::print("bytes/step      the linear weights (awq: packed 4-bit + f16 scales + u8 zeros per group of 128 where the "
              "backend keeps them packed), the LM head and the KV cache read\n\n");
   std::vector<Row> rows;
@@ -112,8 +121,8 @@ int run_decode_table(const DecodeTableArgs& args) {
       rows.push_back(row);
     }
   }
-  fmt::print("{:<8} {:>6} {:>12} {:>10} {:>12} {:>12} {:>14}\n", "weights", "batch", "tokens/s", "ms/step",
-             "MB/step", "of limit", "vs first");
+  fmt::print("{:<8} {:>6} {:>12} {:>10} {:>12} {:>12} {:>14} {:>12}\n", "weights", "batch", "tokens/s", "ms/step",
+             "MB/step", "of limit", "vs first", "host us");
   for (const Row& row : rows) {
     double baseline = 0;
     for (const Row& other : rows) {
@@ -123,9 +132,10 @@ int run_decode_table(const DecodeTableArgs& args) {
       }
     }
     const double limit = row.bytes / bandwidth;
-    fmt::print("{:<8} {:>6} {:>12.1f} {:>10.3f} {:>12.1f} {:>11.1f}% {:>13.2f}x\n", row.format, row.batch,
+    const std::string host = row.host_seconds < 0 ? "-" : fmt::format("{:.1f}", row.host_seconds * 1e6);
+    fmt::print("{:<8} {:>6} {:>12.1f} {:>10.3f} {:>12.1f} {:>11.1f}% {:>13.2f}x {:>12}\n", row.format, row.batch,
                row.batch / row.step_seconds, row.step_seconds * 1e3, row.bytes / 1e6, 100.0 * limit / row.step_seconds,
-               baseline / row.step_seconds);
+               baseline / row.step_seconds, host);
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "model/decode_graphs.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 
 #include "core/error.h"
@@ -76,6 +77,7 @@ bool DecodeGraphs::applies(const ForwardBatch& batch, const backend::PagedKvCach
 }
 
 Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache& cache, const Forward& forward) {
+  const auto start = std::chrono::steady_clock::now();
   const int64_t seqs = batch.attention.num_seqs();
   const Key key{decode_graph_batch_bucket(seqs), decode_graph_width_bucket(batch.attention.max_blocks_per_seq)};
   if (backend_.graph_generation() != generation_) graphs_.clear();  // recorded over buffers that have moved
@@ -92,6 +94,7 @@ Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache&
     if (backend_.graph_generation() == generation_) {
       it->second->replay();
       ++replays_;
+      replay_host_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       return logits.slice_rows(0, seqs);
     }
     graphs_.clear();  // staging moved a buffer (it should not): run this step as a new bucket

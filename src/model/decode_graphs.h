@@ -62,6 +62,11 @@ class DecodeGraphs {
   // Graphs held now, and steps run by a replay so far (tests, logs).
   int64_t recorded() const { return static_cast<int64_t>(graphs_.size()); }
   int64_t replays() const { return replays_; }
+  // Host seconds the replayed steps spent before their graph ran on the
+  // device: staging the inputs and launching the graph. The device waits
+  // through it (a step's inputs are the previous step's tokens), so it is
+  // part of every batch-1 step's time (bench decode reports it).
+  double replay_host_seconds() const { return replay_host_seconds_; }
 
  private:
   using Key = std::pair<int64_t, int64_t>;  // (sequences, block-table width)
@@ -77,6 +82,7 @@ class DecodeGraphs {
   bool enabled_ = true;
   uint64_t generation_ = 0;  // the backend's graph_generation the graphs were recorded at
   int64_t replays_ = 0;
+  double replay_host_seconds_ = 0;
   Tensor logits_;  // [largest bucket so far, vocab_rows] f32: every graph's rows [0, its bucket)
   std::map<Key, std::unique_ptr<backend::DeviceGraph>> graphs_;
 };

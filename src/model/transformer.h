@@ -72,6 +72,7 @@ class Transformer {
   void set_graphs_enabled(bool enabled);
   bool graphs_enabled() const { return graphs_ && graphs_->enabled(); }
   int64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+  double graph_replay_host_seconds() const { return graphs_ ? graphs_->replay_host_seconds() : 0.0; }
 
  private:
   void trace(const char* name, int64_t layer, const Tensor& value) const {

@@ -125,6 +125,7 @@ TEST(modelDecodeGraphs, ReplayedStepsEqualStepsRunOneByOne) {
   // runs and is recorded (bucket 4 again because bucket 16 replaced the
   // logits buffer), the other 45 replay (no buffer of this double moves).
   EXPECT_EQ(outcome.graph_replays, 45);
+  EXPECT_GT(outcome.replay_host_seconds, 0.0);  // bench decode's host column: staging and launch were timed
   EXPECT_TRUE(outcome.worst.within(kMaxAbs, kRelNorm)) << outcome.worst.describe();
 }
 
