@@ -25,7 +25,7 @@ run() {
   echo "== $1"
   # shellcheck disable=SC2086 # the batch sizes are separate arguments
   "$1" bench decode --random "$shape" --device cuda --quant none awq --batch $batch --prompt-tokens 128 \
-    --decode-tokens 128 2>&1 | grep -E "^(none|awq|copy)"
+    --decode-tokens 128 2>&1 | grep -E "^(weights|none|awq|copy)"
   "$1" bench decode --random "$shape" --device cuda --prompt-tokens 128 --decode-tokens 256 2>&1 |
     grep -E "^(decode|of the limit)"
 }
