@@ -27,6 +27,7 @@
 #include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/prefill_kernel_choice.h"
 #include "backend/cuda/prefill_sm90.h"
+#include "backend/cuda/upload_buffers.h"
 #include "backend/cuda/w4_linear.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -36,6 +37,9 @@ namespace tessera::backend {
 namespace {
 
 using cuda::CudaAllocator;
+using cuda::DeviceBuffer;
+using cuda::DeviceVector;
+using cuda::PinnedStaging;
 using cuda::dispatch;
 using cuda::Gemm;
 using cuda::ptr;
@@ -59,78 +63,6 @@ size_t l2_prefetch_budget(int index) {
   log_warning("TESSERA_L2_PREFETCH_MB={} is neither auto nor a number of MB: no L2 prefetch", setting);
   return 0;
 }
-
-// A device copy of a small host int/float vector, reallocated only when it
-// grows (then `generation` is bumped: recorded graphs read the old buffer).
-// Values equal to the last upload are not copied again: of a decode step's
-// inputs only the token ids and positions change from step to step, and each
-// copy from pageable memory is a transfer of its own ahead of the step's
-// kernels (and may wait for the stream). No kernel writes these buffers.
-template <typename V>
-class DeviceVector {
- public:
-  const V* upload(const std::vector<V>& host, Allocator& allocator, cudaStream_t stream, uint64_t& generation) {
-    if (host.empty()) return nullptr;
-    if (!buffer_.defined() || buffer_.numel() < static_cast<int64_t>(host.size())) {
-      buffer_ = Tensor::empty({static_cast<int64_t>(host.size() * 2)}, sizeof(V) == 4 ? DType::kI32 : DType::kI64,
-                              allocator);
-      ++generation;
-      last_.clear();
-    } else if (host == last_) {
-      return static_cast<const V*>(buffer_.raw_data());
-    }
-    // Pageable source: the copy is staged before the call returns, so `host` may change afterwards.
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(buffer_.raw_data(), host.data(), host.size() * sizeof(V),
-                                       cudaMemcpyHostToDevice, stream));
-    last_ = host;
-    return static_cast<const V*>(buffer_.raw_data());
-  }
-  // Where the last upload of `count` values went (recording a graph: no copy).
-  const V* current(size_t count) const {
-    if (count == 0) return nullptr;
-    if (!buffer_.defined() || buffer_.numel() < static_cast<int64_t>(count)) {
-      throw Error(ErrorKind::kInternal, "cuda backend: a graph records inputs no forward uploaded before");
-    }
-    return static_cast<const V*>(buffer_.raw_data());
-  }
-
- private:
-  Tensor buffer_;
-  std::vector<V> last_;  // what buffer_ holds
-};
-
-// A device buffer of raw bytes and what it holds.
-struct DeviceBytes {
-  Tensor device;
-  std::vector<uint8_t> last;
-};
-
-// Page-locked host memory for copies to the host: a device-to-host copy into
-// pageable memory runs at a few GB/s (the logits of one decode step, 370 KB,
-// took 145 us), into pinned memory at the bus's speed.
-class PinnedStaging {
- public:
-  PinnedStaging() = default;
-  PinnedStaging(const PinnedStaging&) = delete;
-  PinnedStaging& operator=(const PinnedStaging&) = delete;
-  ~PinnedStaging() {
-    if (data_ != nullptr) cudaFreeHost(data_);  // never throws
-  }
-  void* reserve(size_t bytes) {
-    if (bytes > bytes_) {
-      if (data_ != nullptr) TESSERA_CUDA_CHECK(cudaFreeHost(data_));
-      data_ = nullptr;
-      bytes_ = 0;
-      TESSERA_CUDA_CHECK(cudaMallocHost(&data_, bytes));
-      bytes_ = bytes;
-    }
-    return data_;
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 class CudaBackend final : public Backend {
  public:
@@ -629,23 +561,12 @@ class CudaBackend final : public Backend {
   uint64_t graph_generation() const override { return graph_generation_; }
 
  private:
-  // `bytes` of host memory into `buffer` (grown as needed), for kernels that
-  // run outside any graph.
-  // Bytes equal to the last upload are not copied again (DeviceVector): a
-  // step's sampling rows seldom change, and the copy would wait for the
-  // forward before it.
-  const void* upload_bytes(DeviceBytes& buffer, const void* data, size_t bytes) {
-    const auto words = static_cast<int64_t>((bytes + 3) / 4);
-    const auto* first = static_cast<const uint8_t*>(data);
-    if (!buffer.device.defined() || buffer.device.numel() < words) {
-      buffer.device = Tensor::empty({2 * words}, DType::kI32, *allocator_);
-      buffer.last.clear();
-    } else if (std::equal(first, first + bytes, buffer.last.begin(), buffer.last.end())) {
-      return buffer.device.raw_data();
-    }
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(buffer.device.raw_data(), data, bytes, cudaMemcpyHostToDevice, stream_));
-    buffer.last.assign(first, first + bytes);
-    return buffer.device.raw_data();
+  // `bytes` of host memory into `buffer`, for kernels that run outside any
+  // graph (a growth need not reset the graphs). A step's sampling rows seldom
+  // change, and their copy would wait for the forward before it.
+  const void* upload_bytes(DeviceBuffer& buffer, const void* data, size_t bytes) {
+    uint64_t unread_generation = 0;
+    return buffer.upload(data, bytes, *allocator_, stream_, unread_generation);
   }
 
   // Host values to the device buffer the kernels read; while a graph records,
@@ -741,7 +662,7 @@ class CudaBackend final : public Backend {
   bool l2_prefetch_kernel_ = false;
   bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
   Tensor sampled_ids_;                 // [rows] i32: sampled ids before their copy to the host
-  DeviceBytes sampling_rows_, logit_edits_;  // a step's SamplingRows and LogitEdits (never read by graphs)
+  DeviceBuffer sampling_rows_, logit_edits_;  // a step's SamplingRows and LogitEdits (never read by graphs)
   PinnedStaging pinned_;               // to_host_f32's landing place
   int device_capability_ = 0;  // the GPU's own (CudaDeviceInfo::device_capability)
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)
