@@ -1,8 +1,9 @@
 // A decode schedule that moves a batch between CUDA-graph buckets, run on two
 // models side by side: one replaying decode graphs (model/decode_graphs.h),
 // one launching kernel by kernel. Nine sequences of different lengths decode
-// while the batch shrinks and grows (5 -> 3 -> 9 -> 3 -> 1 sequences: buckets
-// 8, 4, 16, 4 again after the logits buffer grew for 16, then 1) and their
+// while the batch shrinks and grows (5 -> 3 -> 3 after prefills -> 9 -> 3 -> 1
+// sequences: buckets 8, 4, 4 replayed after forwards that uploaded other
+// inputs, 16, 4 again after the logits buffer grew for 16, then 1) and their
 // block tables widen past block boundaries. Both models
 // get the same tokens every step (the eager model's argmax) and every step's
 // logits are compared. Used by tests/cuda (the CUDA backend) and tests/model
@@ -123,7 +124,9 @@ inline Outcome run_decode_schedule(model::Transformer* graphs, model::Transforme
   prefill({0, 1, 2, 3, 4});
   decode({0, 1, 2, 3, 4}, 10);  // bucket 8
   decode({0, 2, 4}, 10);        // bucket 4
-  prefill({5, 6, 7, 8});
+  prefill({6});          // a 31-token prompt: no graph, other inputs uploaded
+  decode({0, 2, 4}, 3);  // bucket 4 right after it: replayed, its inputs staged in full
+  prefill({5, 7, 8});
   decode({0, 1, 2, 3, 4, 5, 6, 7, 8}, 20);  // bucket 16; sequence 4 passes 160 positions (width 16)
   decode({0, 2, 4}, 5);                     // bucket 4 again, recorded again over the larger logits buffer
   decode({3}, 5);                           // bucket 1

@@ -76,7 +76,8 @@ bool DecodeGraphs::applies(const ForwardBatch& batch, const backend::PagedKvCach
   return a.query_start[seqs] == seqs;
 }
 
-Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache& cache, const Forward& forward) {
+Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache& cache, const Forward& forward,
+                         const StageInputs& stage_inputs) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t seqs = batch.attention.num_seqs();
   const Key key{decode_graph_batch_bucket(seqs), decode_graph_width_bucket(batch.attention.max_blocks_per_seq)};
@@ -90,7 +91,8 @@ Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache&
 
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
-    stage(padded, logits, forward);
+    if (!(staged_key_ == key && stage_inputs && stage_only_inputs(padded, stage_inputs))) stage(padded, logits, forward);
+    staged_key_ = key;
     if (backend_.graph_generation() == generation_) {
       it->second->replay();
       ++replays_;
@@ -100,9 +102,26 @@ Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache&
     graphs_.clear();  // staging moved a buffer (it should not): run this step as a new bucket
   }
 
+  staged_key_ = Key{-1, -1};
   forward(padded, logits);  // this step's result; makes the backend's one-time choices
-  if (auto graph = record(key, padded, logits, forward)) graphs_.emplace(key, std::move(graph));
+  if (auto graph = record(key, padded, logits, forward)) {
+    graphs_.emplace(key, std::move(graph));
+    staged_key_ = key;  // the recording staged this step's inputs
+  }
   return logits.slice_rows(0, seqs);
+}
+
+bool DecodeGraphs::stage_only_inputs(const ForwardBatch& padded, const StageInputs& stage_inputs) {
+  backend_.set_staging(true);
+  bool staged = false;
+  try {
+    staged = stage_inputs(padded);
+  } catch (...) {
+    backend_.set_staging(false);
+    throw;
+  }
+  backend_.set_staging(false);
+  return staged;
 }
 
 void DecodeGraphs::stage(const ForwardBatch& padded, Tensor& logits, const Forward& forward) {

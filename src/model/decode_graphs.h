@@ -14,9 +14,13 @@
 // The first step of a bucket runs as usual (its results are the step's; it
 // also makes the backend's one-time choices, such as the GEMV variant of each
 // shape), then its inputs are staged and the same forward is recorded. Later
-// steps stage their inputs (uploads, no kernels) and replay. Graphs go stale
-// when an input buffer of the backend moves (graph_generation) and are
-// recorded again. A recording that fails turns graphs off with a warning:
+// steps stage their inputs (uploads, no kernels) and replay. A step of the
+// same bucket as the step before it, with nothing else run between them,
+// differs from it only in its token ids, positions and block tables: where
+// the model can stage just those (StageInputs), the staging pass over every
+// layer (tens of microseconds of host time a step, while the device waits)
+// is skipped. Graphs go stale when an input buffer of the backend moves
+// (graph_generation) and are recorded again. A recording that fails turns graphs off with a warning:
 // the forward runs as before.
 #pragma once
 
@@ -44,6 +48,10 @@ class DecodeGraphs {
  public:
   // Runs a (padded) batch's forward, writing logits [num_tokens, vocab_rows] f32 into `logits`.
   using Forward = std::function<void(const ForwardBatch& batch, Tensor& logits)>;
+  // Uploads a (padded) step's token ids and attention batch only, the
+  // backend staging; false where the step needs more (the full staging
+  // pass then runs), such as RoPE frequencies that depend on its length.
+  using StageInputs = std::function<bool(const ForwardBatch& batch)>;
 
   static constexpr int64_t kMaxSequences = 512;  // larger decode steps run without a graph
 
@@ -55,7 +63,11 @@ class DecodeGraphs {
   bool applies(const ForwardBatch& batch, const backend::PagedKvCache& cache) const;
   // The step's logits [num_seqs, vocab_rows] f32 on the device, a view of the
   // graphs' buffer valid until the next step.
-  Tensor run(const ForwardBatch& batch, const backend::PagedKvCache& cache, const Forward& forward);
+  Tensor run(const ForwardBatch& batch, const backend::PagedKvCache& cache, const Forward& forward,
+             const StageInputs& stage_inputs = nullptr);
+  // A forward ran without a graph: the backend's input buffers hold its
+  // inputs, so the next replay stages in full.
+  void forget_staged_inputs() { staged_key_ = Key{-1, -1}; }
 
   bool enabled() const { return enabled_; }
   void set_enabled(bool enabled);
@@ -73,6 +85,8 @@ class DecodeGraphs {
 
   // Runs `padded`'s forward with the backend staging: its inputs uploaded, no kernel launched.
   void stage(const ForwardBatch& padded, Tensor& logits, const Forward& forward);
+  // stage_inputs(padded) with the backend staging; whether it staged the step.
+  bool stage_only_inputs(const ForwardBatch& padded, const StageInputs& stage_inputs);
   // Records `padded`'s forward for `key` into `logits`; null (graphs off, logged) when the backend cannot.
   std::unique_ptr<backend::DeviceGraph> record(const Key& key, const ForwardBatch& padded, Tensor& logits,
                                                const Forward& forward);
@@ -81,6 +95,7 @@ class DecodeGraphs {
   int64_t vocab_rows_;
   bool enabled_ = true;
   uint64_t generation_ = 0;  // the backend's graph_generation the graphs were recorded at
+  Key staged_key_{-1, -1};   // the bucket whose step's inputs the backend's buffers hold, if any
   int64_t replays_ = 0;
   double replay_host_seconds_ = 0;
   Tensor logits_;  // [largest bucket so far, vocab_rows] f32: every graph's rows [0, its bucket)

@@ -150,13 +150,44 @@ std::vector<int32_t> Transformer::forward_sample(const ForwardBatch& batch, back
 
 Tensor Transformer::forward_local(const ForwardBatch& batch, backend::PagedKvCache& cache) {
   if (graphs_ && !trace_ && graphs_->applies(batch, cache)) {
-    return graphs_->run(batch, cache,
-                        [&](const ForwardBatch& padded, Tensor& logits) { run_layers(padded, cache, logits); });
+    return graphs_->run(
+        batch, cache, [&](const ForwardBatch& padded, Tensor& logits) { run_layers(padded, cache, logits); },
+        [&](const ForwardBatch& padded) { return stage_step_inputs(padded); });
   }
+  if (graphs_) graphs_->forget_staged_inputs();  // this forward's uploads replace the last step's
   Tensor logits = Tensor::empty({static_cast<int64_t>(batch.logit_rows.size()), shard_.vocab_rows}, DType::kF32,
                                 backend_.allocator());
   run_layers(batch, cache, logits);
   return logits;
+}
+
+backend::AttentionBatch Transformer::layer_batch(const backend::AttentionBatch& attention) const {
+  backend::AttentionBatch batch = attention;
+  batch.sliding_window = spec_.sliding_window.value_or(0);
+  return batch;
+}
+
+int32_t Transformer::last_position(const backend::AttentionBatch& attention, int64_t seq) {
+  int32_t last = 0;
+  for (int32_t t = attention.query_start[seq]; t < attention.query_start[seq + 1]; ++t) {
+    last = std::max(last, attention.positions[t]);
+  }
+  return last;
+}
+
+bool Transformer::stage_step_inputs(const ForwardBatch& batch) {
+  // run_layers' other uploads are the same for every step of a decode
+  // bucket: the logit rows (0 .. bucket - 1) and the RoPE frequencies, unless
+  // they grow with the length (dynamic NTK past the trained context).
+  const backend::AttentionBatch& attention = batch.attention;
+  for (int64_t s = 0; s < attention.num_seqs(); ++s) {
+    if (rope_depends_on_length(spec_, last_position(attention, s) + 1)) return false;
+  }
+  backend_.prepare(layer_batch(attention));
+  Tensor residual = Tensor::empty({static_cast<int64_t>(batch.token_ids.size()), spec_.hidden_size},
+                                  backend_.compute_dtype(), backend_.allocator());
+  backend_.embedding(weights_.embed, batch.token_ids, residual);
+  return true;
 }
 
 void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& cache, Tensor& logits) {
@@ -173,25 +204,25 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
   std::vector<float> inv_freq;
   float attention_scaling = 1.0f;
   for (int64_t s = 0; s < attention.num_seqs(); ++s) {
-    int32_t last_position = 0;
-    for (int32_t t = attention.query_start[s]; t < attention.query_start[s + 1]; ++t) {
-      last_position = std::max(last_position, attention.positions[t]);
-    }
+    const int32_t last = last_position(attention, s);
     // Frequencies of any length but a dynamic NTK one's past the trained
     // context are the same: made once, not head_dim / 2 powers per sequence
     // and step while the device waits for the step (about 30 us at 64
     // sequences).
     RopeFrequencies grown;
     const RopeFrequencies* rope = &short_rope_;
-    if (rope_depends_on_length(spec_, last_position + 1)) {
-      grown = rope_frequencies(spec_, last_position + 1);
+    if (rope_depends_on_length(spec_, last + 1)) {
+      grown = rope_frequencies(spec_, last + 1);
       rope = &grown;
     }
     inv_freq.insert(inv_freq.end(), rope->inv_freq.begin(), rope->inv_freq.end());
     attention_scaling = rope->attention_scaling;
   }
-  backend::AttentionBatch layer_batch = attention;
-  layer_batch.sliding_window = spec_.sliding_window.value_or(0);
+  // Uploaded here: the attention batch, the token ids (embedding), the RoPE
+  // frequencies (attention) and the logit rows (gather_rows). A replayed
+  // decode step stages only the first two (stage_step_inputs): an input
+  // added here must be added there too, or be the same every step.
+  const backend::AttentionBatch layer_batch = this->layer_batch(attention);
   backend_.prepare(layer_batch);
 
   Tensor residual = activation(hidden);                       // [n, hidden]

@@ -75,6 +75,14 @@ class Transformer {
   double graph_replay_host_seconds() const { return graphs_ ? graphs_->replay_host_seconds() : 0.0; }
 
  private:
+  // The attention batch every layer's ops take (the model's sliding window set).
+  backend::AttentionBatch layer_batch(const backend::AttentionBatch& attention) const;
+  // The largest position of sequence `seq`'s new tokens.
+  static int32_t last_position(const backend::AttentionBatch& attention, int64_t seq);
+  // DecodeGraphs::StageInputs: a replayed decode step's token ids and
+  // attention batch uploaded (the backend staging); false where its RoPE
+  // frequencies depend on the length.
+  bool stage_step_inputs(const ForwardBatch& batch);
   void trace(const char* name, int64_t layer, const Tensor& value) const {
     if (trace_) trace_(name, layer, value);
   }
