@@ -29,8 +29,9 @@ __global__ void embedding_kernel(const T* table, int64_t hidden, const int32_t* 
 }
 
 template <typename T>
-__global__ void silu_mul_kernel(const T* gate_up, int64_t n, int64_t inter, T* out) {
+__global__ void silu_mul_kernel(const T* gate_up, int64_t n, int64_t inter, T* out, bool early) {
   wait_for_previous_kernel();
+  if (early) allow_next_kernel();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * inter; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / inter, col = i % inter;
     const float gate = to_float(gate_up[row * 2 * inter + col]);
@@ -44,8 +45,9 @@ __global__ void silu_mul_kernel(const T* gate_up, int64_t n, int64_t inter, T* o
 // element, and whole lines per warp; at a 4,096-token prefill the scalar
 // kernel moved about 1.5 TB/s.
 template <typename T>
-__global__ void silu_mul_vec_kernel(const uint4* gate_up, int64_t n, int64_t row_vectors, uint4* out) {
+__global__ void silu_mul_vec_kernel(const uint4* gate_up, int64_t n, int64_t row_vectors, uint4* out, bool early) {
   wait_for_previous_kernel();
+  if (early) allow_next_kernel();
   constexpr int kVec = 16 / sizeof(T);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * row_vectors;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -109,11 +111,13 @@ void launch_silu_mul(const T* gate_up, int64_t n, int64_t inter, T* out, cudaStr
   if (n == 0) return;
   constexpr int64_t kVec = 16 / sizeof(T);
   const bool aligned = reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  // As rms_norm: the GEMV after it loads its first weights meanwhile.
+  const bool early = early_successor_launch() && programmatic_launch_enabled();
   if (aligned && inter % kVec == 0) {
     launch_after(silu_mul_vec_kernel<T>, blocks_for(n * inter / kVec), kThreads, 0, stream,
-                 reinterpret_cast<const uint4*>(gate_up), n, inter / kVec, reinterpret_cast<uint4*>(out));
+                 reinterpret_cast<const uint4*>(gate_up), n, inter / kVec, reinterpret_cast<uint4*>(out), early);
   } else {
-    launch_after(silu_mul_kernel<T>, blocks_for(n * inter), kThreads, 0, stream, gate_up, n, inter, out);
+    launch_after(silu_mul_kernel<T>, blocks_for(n * inter), kThreads, 0, stream, gate_up, n, inter, out, early);
   }
   TESSERA_CUDA_CHECK_LAUNCH();
 }

@@ -5,8 +5,8 @@
 // results (completion and memory) at wait_for_previous_kernel(), which every
 // such kernel calls before it reads anything a predecessor writes. The
 // decode-step kernels with spare room let their successor launch early
-// (allow_next_kernel): decode attention and RoPE at their start (they use few
-// SMs), the GEMV after its weight loop; and the GEMV issues its first weight
+// (allow_next_kernel): decode attention, RoPE, RMSNorm and SiLU·mul at their
+// start (at decode sizes they use few SMs), the GEMV after its weight loop; and the GEMV issues its first weight
 // loads (which no kernel writes) before it waits, so they are in flight while
 // the previous kernel finishes. Every kernel triggers only after its own
 // wait, so a kernel that starts finds all work before its predecessor done:

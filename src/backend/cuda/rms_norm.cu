@@ -42,8 +42,10 @@ __device__ float block_sum(float v) {
 }
 
 template <typename T, bool kAddResidual>
-__global__ void rms_norm_kernel(T* residual, const T* x, const T* weight, int64_t hidden, float eps, T* out) {
+__global__ void rms_norm_kernel(T* residual, const T* x, const T* weight, int64_t hidden, float eps, T* out,
+                                bool early) {
   wait_for_previous_kernel();
+  if (early) allow_next_kernel();
   const int64_t row = blockIdx.x;
   T* r = residual + row * hidden;  // the input row (and, with kAddResidual, updated in place)
   const T* xr = x + row * hidden;
@@ -73,8 +75,10 @@ struct alignas(16) Vec {
 // Thread i holds vectors i, i + blockDim, ... (kPer of them, the last ones
 // possibly past the row) of its row in registers.
 template <typename T, bool kAddResidual, int kPer>
-__global__ void rms_norm_vec_kernel(T* residual, const T* x, const T* weight, int64_t hidden, float eps, T* out) {
+__global__ void rms_norm_vec_kernel(T* residual, const T* x, const T* weight, int64_t hidden, float eps, T* out,
+                                    bool early) {
   wait_for_previous_kernel();
+  if (early) allow_next_kernel();
   using V = Vec<T>;
   const int64_t row = blockIdx.x;
   const int64_t vectors = hidden / V::kSize;
@@ -123,9 +127,12 @@ void launch(T* residual, const T* x, const T* weight, int64_t n, int64_t hidden,
   const int64_t vectors = hidden / kVec;
   const bool vector_path = hidden % kVec == 0 && vectors <= int64_t{kMaxPer} * kMaxThreads && aligned16(residual) &&
                            aligned16(weight) && aligned16(out) && (!kAddResidual || aligned16(x));
+  // Few blocks at decode sizes: the next kernel (a GEMV) launches beside
+  // them and has its first weight loads in flight while the norm runs.
+  const bool early = early_successor_launch() && programmatic_launch_enabled();
   if (!vector_path) {
-    launch_after(rms_norm_kernel<T, kAddResidual>, static_cast<unsigned>(n), kScalarThreads, 0, stream, residual, x, weight,
-                                                                                             hidden, eps, out);
+    launch_after(rms_norm_kernel<T, kAddResidual>, static_cast<unsigned>(n), kScalarThreads, 0, stream, residual, x,
+                 weight, hidden, eps, out, early);
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -133,10 +140,10 @@ void launch(T* residual, const T* x, const T* weight, int64_t n, int64_t hidden,
   const int64_t threads = ((vectors + per - 1) / per + 31) / 32 * 32;            // a whole number of warps
   const dim3 grid(static_cast<unsigned>(n)), block(static_cast<unsigned>(threads));
   switch (per) {
-    case 1: launch_after(rms_norm_vec_kernel<T, kAddResidual, 1>, grid, block, 0, stream, residual, x, weight, hidden, eps, out); break;
-    case 2: launch_after(rms_norm_vec_kernel<T, kAddResidual, 2>, grid, block, 0, stream, residual, x, weight, hidden, eps, out); break;
-    case 3: launch_after(rms_norm_vec_kernel<T, kAddResidual, 3>, grid, block, 0, stream, residual, x, weight, hidden, eps, out); break;
-    default: launch_after(rms_norm_vec_kernel<T, kAddResidual, 4>, grid, block, 0, stream, residual, x, weight, hidden, eps, out); break;
+    case 1: launch_after(rms_norm_vec_kernel<T, kAddResidual, 1>, grid, block, 0, stream, residual, x, weight, hidden, eps, out, early); break;
+    case 2: launch_after(rms_norm_vec_kernel<T, kAddResidual, 2>, grid, block, 0, stream, residual, x, weight, hidden, eps, out, early); break;
+    case 3: launch_after(rms_norm_vec_kernel<T, kAddResidual, 3>, grid, block, 0, stream, residual, x, weight, hidden, eps, out, early); break;
+    default: launch_after(rms_norm_vec_kernel<T, kAddResidual, 4>, grid, block, 0, stream, residual, x, weight, hidden, eps, out, early); break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();
 }
