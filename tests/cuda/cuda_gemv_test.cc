@@ -129,9 +129,10 @@ TEST_P(CudaGemv, APlantedWrongResultIsCaught) {
 
 // The fused inputs and stores (gemv.h GemvFusion) against the CPU backend's
 // separate ops in f32, on the same 16-bit-rounded operands: every rows-per-
-// warp variant by launch_gemv_fused, then Backend::fused_linear, which takes
-// the fused GEMV where the GEMV is the shape's kernel and the separate CUDA
-// ops elsewhere (17 rows: always the separate ops).
+// warp variant by launch_gemv_fused, then Backend::fused_linear, which forms
+// the input by the separate CUDA op (the default) or, with
+// TESSERA_FUSED_INPUT=1, takes the fused GEMV where the GEMV is the shape's
+// kernel and the separate ops elsewhere (17 rows: always the separate ops).
 struct FusionCase {
   LinearFusion::Input input;
   bool accumulate, bias;
@@ -214,21 +215,28 @@ TEST_P(CudaFusedGemv, EveryVariantMatchesTheSeparateCpuOps) {
 TEST_P(CudaFusedGemv, TheBackendsFusedLinearMatchesTheSeparateCpuOps) {
   std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = kShapes;
   shapes.emplace_back(17, 300, 512);  // past the GEMV's rows: the separate ops on the GPU
-  for (const FusionCase& f : kFusions) {
-    for (auto [m, n, k] : shapes) {
-      Operands o = make(f, m, n, k, 30);
-      Tensor gx = cuda_->upload_weight(o.x), gw = cuda_->upload_weight(o.w), gg = cuda_->upload_weight(o.g);
-      Tensor gb = f.bias ? cuda_->upload_weight(o.bias) : Tensor();
-      // The first call times the candidates, the second uses the choice, the
-      // third also prefetches a weight (the next layer's, in a forward).
-      for (int call = 0; call < 3; ++call) {
-        Tensor y = cuda_->upload_weight(o.start);
-        LinearFusion with = fusion(f, gg);
-        if (call == 2) with.prefetch = {&gw, &gx};
-        cuda_->fused_linear(gx, with, gw, QuantizedWeight(), gb, y);
-        Tensor got = cuda_->to_host_f32(y);
-        auto c = testing::compare(got.data<float>(), o.expected.data<float>(), static_cast<size_t>(m * n));
-        EXPECT_TRUE(close_enough(c, dtype_)) << describe(f, m, n, k) << " call " << call << ": " << c.describe();
+  setenv("TESSERA_FUSED_INPUT", "1", 1);
+  std::unique_ptr<Backend> fusing = make_cuda_backend(0, dtype_);
+  unsetenv("TESSERA_FUSED_INPUT");
+  for (Backend* backend : {cuda_.get(), fusing.get()}) {
+    const char* mode = backend == cuda_.get() ? "inputs by their ops" : "inputs fused";
+    for (const FusionCase& f : kFusions) {
+      for (auto [m, n, k] : shapes) {
+        Operands o = make(f, m, n, k, 30);
+        Tensor gx = backend->upload_weight(o.x), gw = backend->upload_weight(o.w), gg = backend->upload_weight(o.g);
+        Tensor gb = f.bias ? backend->upload_weight(o.bias) : Tensor();
+        // The first call times the candidates, the second uses the choice, the
+        // third also prefetches a weight (the next layer's, in a forward).
+        for (int call = 0; call < 3; ++call) {
+          Tensor y = backend->upload_weight(o.start);
+          LinearFusion with = fusion(f, gg);
+          if (call == 2) with.prefetch = {&gw, &gx};
+          backend->fused_linear(gx, with, gw, QuantizedWeight(), gb, y);
+          Tensor got = backend->to_host_f32(y);
+          auto c = testing::compare(got.data<float>(), o.expected.data<float>(), static_cast<size_t>(m * n));
+          EXPECT_TRUE(close_enough(c, dtype_))
+              << mode << ", " << describe(f, m, n, k) << " call " << call << ": " << c.describe();
+        }
       }
     }
   }
