@@ -15,8 +15,10 @@
 // also makes the backend's one-time choices, such as the GEMV variant of each
 // shape), then its inputs are staged and the same forward is recorded. Later
 // steps stage their inputs (uploads, no kernels) and replay. A step of the
-// same bucket as the step before it, with nothing else run between them,
-// differs from it only in its token ids, positions and block tables: where
+// same bucket as the step before it, with nothing else run between them (the
+// model tells of its other forwards, forget_staged_inputs; a backend's upload
+// buffers serve the one model that runs on it at a time), differs from it
+// only in its token ids, positions and block tables: where
 // the model can stage just those (StageInputs), the staging pass over every
 // layer (tens of microseconds of host time a step, while the device waits)
 // is skipped. Graphs go stale when an input buffer of the backend moves
