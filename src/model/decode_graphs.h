@@ -52,7 +52,7 @@ class DecodeGraphs {
   using Forward = std::function<void(const ForwardBatch& batch, Tensor& logits)>;
   // Uploads a (padded) step's token ids and attention batch only, the
   // backend staging; false where the step needs more (the full staging
-  // pass then runs), such as RoPE frequencies that depend on its length.
+  // pass then runs), such as a model's RoPE frequencies that depend on the length.
   using StageInputs = std::function<bool(const ForwardBatch& batch)>;
 
   static constexpr int64_t kMaxSequences = 512;  // larger decode steps run without a graph

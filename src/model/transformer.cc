@@ -167,23 +167,15 @@ backend::AttentionBatch Transformer::layer_batch(const backend::AttentionBatch& 
   return batch;
 }
 
-int32_t Transformer::last_position(const backend::AttentionBatch& attention, int64_t seq) {
-  int32_t last = 0;
-  for (int32_t t = attention.query_start[seq]; t < attention.query_start[seq + 1]; ++t) {
-    last = std::max(last, attention.positions[t]);
-  }
-  return last;
-}
-
 bool Transformer::stage_step_inputs(const ForwardBatch& batch) {
   // run_layers' other uploads are the same for every step of a decode
   // bucket: the logit rows (0 .. bucket - 1) and the RoPE frequencies, unless
-  // they grow with the length (dynamic NTK past the trained context).
-  const backend::AttentionBatch& attention = batch.attention;
-  for (int64_t s = 0; s < attention.num_seqs(); ++s) {
-    if (rope_depends_on_length(spec_, last_position(attention, s) + 1)) return false;
-  }
-  backend_.prepare(layer_batch(attention));
+  // they grow with the length (dynamic NTK past the trained context). Such a
+  // model always stages in full: that this step's sequences are all within
+  // the context does not say the last step's were, whose frequencies the
+  // device still holds.
+  if (spec_.rope_scaling.type == RopeScalingType::kDynamic) return false;
+  backend_.prepare(layer_batch(batch.attention));
   Tensor residual = Tensor::empty({static_cast<int64_t>(batch.token_ids.size()), spec_.hidden_size},
                                   backend_.compute_dtype(), backend_.allocator());
   backend_.embedding(weights_.embed, batch.token_ids, residual);
@@ -204,15 +196,18 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
   std::vector<float> inv_freq;
   float attention_scaling = 1.0f;
   for (int64_t s = 0; s < attention.num_seqs(); ++s) {
-    const int32_t last = last_position(attention, s);
+    int32_t last_position = 0;
+    for (int32_t t = attention.query_start[s]; t < attention.query_start[s + 1]; ++t) {
+      last_position = std::max(last_position, attention.positions[t]);
+    }
     // Frequencies of any length but a dynamic NTK one's past the trained
     // context are the same: made once, not head_dim / 2 powers per sequence
     // and step while the device waits for the step (about 30 us at 64
     // sequences).
     RopeFrequencies grown;
     const RopeFrequencies* rope = &short_rope_;
-    if (rope_depends_on_length(spec_, last + 1)) {
-      grown = rope_frequencies(spec_, last + 1);
+    if (rope_depends_on_length(spec_, last_position + 1)) {
+      grown = rope_frequencies(spec_, last_position + 1);
       rope = &grown;
     }
     inv_freq.insert(inv_freq.end(), rope->inv_freq.begin(), rope->inv_freq.end());

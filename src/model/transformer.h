@@ -77,11 +77,9 @@ class Transformer {
  private:
   // The attention batch every layer's ops take (the model's sliding window set).
   backend::AttentionBatch layer_batch(const backend::AttentionBatch& attention) const;
-  // The largest position of sequence `seq`'s new tokens.
-  static int32_t last_position(const backend::AttentionBatch& attention, int64_t seq);
   // DecodeGraphs::StageInputs: a replayed decode step's token ids and
-  // attention batch uploaded (the backend staging); false where its RoPE
-  // frequencies depend on the length.
+  // attention batch uploaded (the backend staging); false for a model whose
+  // RoPE frequencies depend on the length (dynamic NTK).
   bool stage_step_inputs(const ForwardBatch& batch);
   void trace(const char* name, int64_t layer, const Tensor& value) const {
     if (trace_) trace_(name, layer, value);

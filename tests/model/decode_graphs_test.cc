@@ -135,6 +135,57 @@ TEST(modelDecodeGraphs, PaddingIntoAnOwnedBlockIsCaught) {
   EXPECT_FALSE(outcome.worst.within(kMaxAbs, kRelNorm)) << "the planted bug went unseen: " << outcome.worst.describe();
 }
 
+// A dynamic-NTK model's RoPE frequencies grow past its trained context. When
+// the one long sequence of a bucket leaves and the others, all within the
+// context, go on in the same bucket, the frequencies the last staging left
+// on the device are the long sequence's: the replay must stage them anew.
+TEST(modelDecodeGraphs, ShortSequencesAfterALongOneOfADynamicNtkModelGetTheirOwnFrequencies) {
+  model::ModelSpec spec = testing::small_spec();
+  spec.max_position_embeddings = 100;
+  spec.rope_scaling.type = model::RopeScalingType::kDynamic;
+  spec.rope_scaling.factor = 2.0;
+  RecordingCpuBackend recording;
+  auto cpu = backend::make_cpu_backend();
+  auto graphs = model::make_random_transformer(spec, recording, 7);
+  auto eager = model::make_random_transformer(spec, *cpu, 7);
+  eager->set_graphs_enabled(false);
+  constexpr int64_t kSeqs = 4;
+  backend::PagedKvCache graph_cache = graphs->allocate_cache(kSeqs * testing::kBlocksPerSeq, testing::kBlockSize);
+  backend::PagedKvCache eager_cache = eager->allocate_cache(kSeqs * testing::kBlocksPerSeq, testing::kBlockSize);
+  // Sequence 0 past the trained context; every block table 5-8 blocks wide
+  // (one width bucket) throughout.
+  const int64_t lengths[kSeqs] = {108, 70, 75, 80};
+  std::vector<testing::ScheduledSequence> seqs(kSeqs);
+  for (int64_t s = 0; s < kSeqs; ++s) {
+    for (int64_t i = 0; i < lengths[s]; ++i) seqs[s].tokens.push_back(static_cast<int32_t>((s * 131 + i * 17) % 1000));
+    const model::ForwardBatch batch = testing::step_batch(seqs, {s}, true);
+    Tensor logits = eager->forward(batch, eager_cache);
+    graphs->forward(batch, graph_cache);
+    seqs[s].computed = lengths[s];
+    seqs[s].tokens.push_back(testing::argmax(logits.data<float>(), logits.dim(1)));
+  }
+  testing::Closeness worst;
+  auto decode = [&](const std::vector<int64_t>& active) {
+    for (int step = 0; step < 3; ++step) {
+      const model::ForwardBatch batch = testing::step_batch(seqs, active, false);
+      Tensor want = eager->forward(batch, eager_cache);
+      Tensor got = graphs->forward(batch, graph_cache);
+      const testing::Closeness c = testing::compare(got.data<float>(), want.data<float>(), want.numel());
+      worst.max_abs = std::max(worst.max_abs, c.max_abs);
+      worst.rel_norm = std::max(worst.rel_norm, c.rel_norm);
+      for (size_t i = 0; i < active.size(); ++i) {
+        testing::ScheduledSequence& q = seqs[active[i]];
+        q.computed = static_cast<int64_t>(q.tokens.size());
+        q.tokens.push_back(testing::argmax(want.data<float>() + i * want.dim(1), want.dim(1)));
+      }
+    }
+  };
+  decode({0, 1, 2, 3});  // bucket 4: recorded, then replayed
+  decode({1, 2, 3});     // bucket 4 again, sequence 0 gone, nothing run between
+  EXPECT_EQ(graphs->graph_replays(), 5);
+  EXPECT_TRUE(worst.within(kMaxAbs, kRelNorm)) << worst.describe();
+}
+
 TEST(modelDecodeGraphs, OnlyDecodeStepsOfAGraphBackendTakeGraphs) {
   RecordingCpuBackend recording;
   auto model = model::make_random_transformer(testing::small_spec(), recording, 7);
