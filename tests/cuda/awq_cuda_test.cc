@@ -195,9 +195,15 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
       // Within the group-sum kernels' shared memory and group sizes.
       const bool group_sums = m <= 8 && m * s.k <= 16384 && s.group <= 128;
       ASSERT_EQ(cuda::w4_group_sums_supported(m, s.k, s.group), group_sums) << "m " << m << " k " << s.k;
-      for (int variant = 0; variant < 12 + (group_sums ? kGroupSums : 0); ++variant) {
-        const int row_warps = 1 << (variant % 4);
-        const auto pipeline = variant < 12 ? kPipelines[variant / 4] : cuda::W4Pipeline::kGroupSums;
+      // Then the wide-row kernels, 1 or 2 row warps of two row tiles.
+      ASSERT_TRUE(cuda::w4_wide_supported(m, 1) && cuda::w4_wide_supported(m, 2)) << "m " << m;
+      const int first_wide = 12 + (group_sums ? kGroupSums : 0);
+      for (int variant = 0; variant < first_wide + 2; ++variant) {
+        const bool is_wide = variant >= first_wide;
+        const int row_warps = is_wide ? 1 + variant - first_wide : 1 << (variant % 4);
+        const auto pipeline = variant < 12 ? kPipelines[variant / 4]
+                              : is_wide    ? cuda::W4Pipeline::kWideRows
+                                           : cuda::W4Pipeline::kGroupSums;
         Tensor out = Tensor::empty({m, s.n}, dtype_, cuda_->allocator());
         cuda_->synchronize();  // uploads and the allocation are ordered on the backend's stream
         dispatch_16bit([&](auto tag) {
@@ -209,6 +215,9 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
           if (pipeline == cuda::W4Pipeline::kGroupSums) {
             cuda::launch_w4a16_group_sums<T>(gx_ptr, tiles, scale_zero, bias_ptr, m, s.n, s.k, s.group, variant - 12,
                                              static_cast<T*>(out.raw_data()), nullptr, false);
+          } else if (is_wide) {
+            cuda::launch_w4a16_wide<T>(gx_ptr, tiles, scale_zero, bias_ptr, m, s.n, s.k, s.group, row_warps,
+                                       static_cast<T*>(out.raw_data()), nullptr, false);
           } else {
             cuda::launch_w4a16_mma<T>(gx_ptr, tiles, scale_zero, bias_ptr, m, s.n, s.k, s.group, row_warps, pipeline,
                                       static_cast<T*>(out.raw_data()), nullptr);
@@ -220,7 +229,8 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
         const Bounds b = bounds_for(dtype_);
         EXPECT_TRUE(c.within(b.max_abs, b.rel_norm)) << "m " << m << " n " << s.n << " k " << s.k << " group "
                                                      << s.group << " row warps " << row_warps
-                                                     << " variant " << variant << ": " << c.describe();
+                                                     << (is_wide ? " (two row tiles a warp)" : "") << " variant "
+                                                     << variant << ": " << c.describe();
       }
     }
   }

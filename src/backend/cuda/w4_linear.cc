@@ -30,6 +30,7 @@ W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType 
   if (const char* tiles = std::getenv("TESSERA_W4_TILES")) tiles_mode_ = std::string(tiles) == "0" ? 0 : 1;
   if (const char* stages = std::getenv("TESSERA_W4_STAGES")) stages_mode_ = std::string(stages) == "0" ? 0 : 1;
   if (const char* sums = std::getenv("TESSERA_W4_GROUP_SUMS")) group_sums_mode_ = std::string(sums) == "0" ? 0 : 1;
+  if (const char* wide = std::getenv("TESSERA_W4_WIDE")) wide_mode_ = std::string(wide) == "0" ? 0 : 1;
 }
 
 template <typename Run, typename Applies>
@@ -122,7 +123,9 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
         throw Error(ErrorKind::kInternal, "cuda linear_quantized: tiled 4-bit weights with f32 activations");
       } else {
         // Candidate 0: dequantize + cuBLASLt; then the kernel's pipelines and row warps
-        // (kKernels; the shared-memory stages last, left out with TESSERA_W4_STAGES=0).
+        // (kKernels; the shared-memory stages last, left out with TESSERA_W4_STAGES=0;
+        // the group-sum and wide-row kernels where they apply, left out with
+        // TESSERA_W4_GROUP_SUMS=0 and TESSERA_W4_WIDE=0).
         const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
         auto run = [&](size_t candidate, T* target, bool add) {
           if (candidate == 0) {
@@ -135,6 +138,10 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
             return launch_w4a16_group_sums<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
                                               kernel.group_sums, target, stream_, add);
           }
+          if (kernel.pipeline == W4Pipeline::kWideRows) {
+            return launch_w4a16_wide<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
+                                        kernel.row_warps, target, stream_, add);
+          }
           launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, kernel.row_warps,
                               kernel.pipeline, target, stream_, add);
         };
@@ -144,8 +151,13 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
         auto applies = [&](size_t candidate) {
           if (candidate <= 1) return true;
           const Kernel& kernel = kKernels[candidate - 1];
-          return kernel.pipeline != W4Pipeline::kGroupSums ||
-                 (group_sums_mode_ != 0 && w4_group_sums_supported(m, k, w.group_size));
+          if (kernel.pipeline == W4Pipeline::kGroupSums) {
+            return group_sums_mode_ != 0 && w4_group_sums_supported(m, k, w.group_size);
+          }
+          if (kernel.pipeline == W4Pipeline::kWideRows) {
+            return wide_mode_ != 0 && w4_wide_supported(m, kernel.row_warps);
+          }
+          return true;
         };
         run(choice({m, n, k, x.dtype(), true}, candidates, false, capturing, timed(run), applies), ptr<T>(out),
             accumulate);

@@ -26,8 +26,8 @@ class W4Linear {
   using TimePerCall = std::function<double(const std::function<void()>& fn, int repeats)>;
 
   // kernel_capability: what the loaded kernel image runs as (tiles need 8.0).
-  // Reads TESSERA_W4_GEMV, TESSERA_W4_TILES, TESSERA_W4_STAGES and
-  // TESSERA_W4_GROUP_SUMS.
+  // Reads TESSERA_W4_GEMV, TESSERA_W4_TILES, TESSERA_W4_STAGES,
+  // TESSERA_W4_GROUP_SUMS and TESSERA_W4_WIDE.
   W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
            TimePerCall time_per_call);
 
@@ -52,9 +52,10 @@ class W4Linear {
   using Key = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // rows, out, in, activation dtype, tiled
 
   // The tensor-core 4-bit kernels a shape's first call times: the
-  // pipelines of launch_w4a16_mma by row warps, and the group-sum kernels
-  // (group_sums: an index of kW4GroupSumsKernels, -1 for the others) where
-  // they run the shape.
+  // pipelines of launch_w4a16_mma by row warps, the group-sum kernels
+  // (group_sums: an index of kW4GroupSumsKernels, -1 for the others) and the
+  // wide-row kernels (two row tiles a warp: launch_w4a16_wide). The
+  // shared-memory-stage kernels come last (kKernelsWithoutStages).
   struct Kernel {
     W4Pipeline pipeline;
     int row_warps;
@@ -65,11 +66,12 @@ class W4Linear {
       {W4Pipeline::kRegisterBatches, 4, -1}, {W4Pipeline::kRegisterBatches, 8, -1},
       {W4Pipeline::kRegisterDouble, 1, -1},  {W4Pipeline::kRegisterDouble, 2, -1},
       {W4Pipeline::kGroupSums, 0, 0},        {W4Pipeline::kGroupSums, 0, 1},
-      {W4Pipeline::kGroupSums, 0, 2},        {W4Pipeline::kSharedStages, 1, -1},
+      {W4Pipeline::kGroupSums, 0, 2},        {W4Pipeline::kWideRows, 1, -1},
+      {W4Pipeline::kWideRows, 2, -1},        {W4Pipeline::kSharedStages, 1, -1},
       {W4Pipeline::kSharedStages, 2, -1},    {W4Pipeline::kSharedStages, 4, -1},
       {W4Pipeline::kSharedStages, 8, -1},
   };
-  static constexpr size_t kKernelsWithoutStages = 9;
+  static constexpr size_t kKernelsWithoutStages = 11;
 
   // Tiles where the loaded kernel image has mma.sync for 16-bit operands.
   bool uses_tiles(const QuantizedWeight& w) const {
@@ -100,6 +102,7 @@ class W4Linear {
   int tiles_mode_ = -1;   // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
   int stages_mode_ = -1;  // TESSERA_W4_STAGES=0: no shared-memory-stage candidates (to compare against)
   int group_sums_mode_ = -1;  // TESSERA_W4_GROUP_SUMS=0: no group-sum candidates (to compare against)
+  int wide_mode_ = -1;        // TESSERA_W4_WIDE=0: no wide-row candidates (to compare against)
   std::map<Key, size_t> choices_;  // per 4-bit shape: the candidate choice() picked
 };
 

@@ -51,8 +51,9 @@ void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t
 // either in batches of register loads or through cp.async stages in shared
 // memory, or (kGroupSums, w4a16_group_sums.cu: launch_w4a16_group_sums)
 // in register batches with the zero point taken out once a group against the
-// activations' group sums. The caller times the choices.
-enum class W4Pipeline { kRegisterBatches, kRegisterDouble, kSharedStages, kGroupSums };
+// activations' group sums, or (kWideRows, w4a16_wide.cu: launch_w4a16_wide)
+// with two row tiles a warp. The caller times the choices.
+enum class W4Pipeline { kRegisterBatches, kRegisterDouble, kSharedStages, kGroupSums, kWideRows };
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                       int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,
@@ -73,6 +74,16 @@ template <typename T>
 void launch_w4a16_group_sums(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                              int64_t n, int64_t k, int64_t group_size, int kernel, T* out, cudaStream_t stream,
                              bool accumulate);
+
+// The kernels of w4a16_wide.cu (W4Pipeline::kWideRows): each warp takes two
+// neighbouring 16-row tiles and reads a chunk of activations once for both;
+// row_warps (1 or 2) of a block's 8 warps take neighbouring pairs, the rest
+// split k. m <= kW4MmaMaxRows.
+bool w4_wide_supported(int64_t m, int row_warps);
+template <typename T>
+void launch_w4a16_wide(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
+                       int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream,
+                       bool accumulate);
 
 // w [n, k] = W from the tiles (for cuBLASLt at more rows).
 template <typename T>

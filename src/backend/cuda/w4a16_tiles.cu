@@ -405,8 +405,10 @@ void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_z
                       int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,
                       cudaStream_t stream, bool accumulate) {
   if (m <= 0 || n <= 0) return;
-  if (pipeline == W4Pipeline::kGroupSums) {
-    throw Error(ErrorKind::kInternal, "launch_w4a16_mma: the group-sum kernels launch by launch_w4a16_group_sums");
+  if (pipeline == W4Pipeline::kGroupSums || pipeline == W4Pipeline::kWideRows) {
+    throw Error(ErrorKind::kInternal,
+                "launch_w4a16_mma: the group-sum and wide-row kernels launch by launch_w4a16_group_sums and "
+                "launch_w4a16_wide");
   }
   const auto* t = reinterpret_cast<const uint4*>(tiles);
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k),
