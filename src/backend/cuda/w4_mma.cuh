@@ -1,7 +1,8 @@
 // Device helpers shared by the tensor-core W4A16 kernels (w4a16_tiles.cu,
-// w4a16_group_sums.cu): the tile layout's constants, the nibble-to-16-bit
-// conversion, the mma.sync of 16 x 16 weights by 16 x 8 activations and the
-// meeting of a block's K slices. w4a16_tiles.cu describes the layout.
+// w4a16_group_sums.cu, w4a16_wide.cu): the tile layout's constants, the
+// nibble-to-16-bit conversion, the mma.sync of 16 x 16 weights by 16 x 8
+// activations and the meeting of a block's K slices. w4a16_tiles.cu
+// describes the layout.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -86,33 +87,49 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 }
 
 // The K slices of a block (warp = rw + RW kw) meet in shared memory, lane
-// fastest, so no bank conflicts; then the block's rows are stored.
-// Accumulator e of tile i: row g (+8 for e >= 2), token 8i + 2t + e % 2.
-template <typename T, int NT, int RW>
+// fastest, so no bank conflicts; then the block's rows are stored. A warp
+// holds RT neighbouring row tiles (block row warp w: tiles (RW blockIdx + w)
+// RT + r); they meet one r at a time, so `partial` stays kWarps x NT x 512
+// bytes. Accumulator e of acc[r][i]: row g (+8 for e >= 2) of tile r, token
+// 8i + 2t + e % 2.
+template <typename T, int NT, int RW, int RT>
 __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][RW][NT * 4][32],
-                                                 const float (&acc)[NT][4], const T* __restrict__ bias, int m, int n,
-                                                 int row_tiles, T* __restrict__ out, bool accumulate) {
+                                                 const float (&acc)[RT][NT][4], const T* __restrict__ bias, int m,
+                                                 int n, int row_tiles, T* __restrict__ out, bool accumulate) {
   constexpr int KW = kWarps / RW;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rw = warp % RW, kw = warp / RW;
 #pragma unroll
-  for (int i = 0; i < NT; ++i) {
+  for (int r = 0; r < RT; ++r) {
+    if (r > 0) __syncthreads();  // the previous row tile's sums are read
 #pragma unroll
-    for (int e = 0; e < 4; ++e) partial[kw][rw][i * 4 + e][lane] = acc[i][e];
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < RW * NT * 4 * 32; idx += blockDim.x) {
-    const int l = idx % 32, e = (idx / 32) % 4, i = (idx / 128) % NT, r = idx / (128 * NT);
-    const int out_tile = int(blockIdx.x) * RW + r;
-    const int out_row = out_tile * 16 + l / 4 + (e >= 2 ? 8 : 0), token = i * 8 + 2 * (l % 4) + e % 2;
-    if (out_tile >= row_tiles || out_row >= n || token >= m) continue;
-    float v = 0.0f;
+    for (int i = 0; i < NT; ++i) {
 #pragma unroll
-    for (int s = 0; s < KW; ++s) v += partial[s][r][i * 4 + e][l];
-    if (bias != nullptr) v += to_float(bias[out_row]);
-    if (accumulate) v += to_float(out[int64_t(token) * n + out_row]);
-    out[int64_t(token) * n + out_row] = from_float<T>(v);
+      for (int e = 0; e < 4; ++e) partial[kw][rw][i * 4 + e][lane] = acc[r][i][e];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < RW * NT * 4 * 32; idx += blockDim.x) {
+      const int l = idx % 32, e = (idx / 32) % 4, i = (idx / 128) % NT, w = idx / (128 * NT);
+      const int out_tile = (int(blockIdx.x) * RW + w) * RT + r;
+      const int out_row = out_tile * 16 + l / 4 + (e >= 2 ? 8 : 0), token = i * 8 + 2 * (l % 4) + e % 2;
+      if (out_tile >= row_tiles || out_row >= n || token >= m) continue;
+      float v = 0.0f;
+#pragma unroll
+      for (int s = 0; s < KW; ++s) v += partial[s][w][i * 4 + e][l];
+      if (bias != nullptr) v += to_float(bias[out_row]);
+      if (accumulate) v += to_float(out[int64_t(token) * n + out_row]);
+      out[int64_t(token) * n + out_row] = from_float<T>(v);
+    }
   }
+}
+
+// The same for a warp of one row tile (acc[NT][4]).
+template <typename T, int NT, int RW>
+__device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][RW][NT * 4][32],
+                                                 const float (&acc)[NT][4], const T* __restrict__ bias, int m, int n,
+                                                 int row_tiles, T* __restrict__ out, bool accumulate) {
+  reduce_and_store<T, NT, RW, 1>(partial, reinterpret_cast<const float(&)[1][NT][4]>(acc), bias, m, n, row_tiles,
+                                 out, accumulate);
 }
 
 }  // namespace tessera::backend::cuda::w4

@@ -81,43 +81,6 @@ __device__ __forceinline__ void chunk_product(float (&acc)[RT][NT][4], const uin
   }
 }
 
-// The K slices of a block (warp = rw + RW kw) meet in shared memory one row
-// tile of each row warp at a time (lane fastest: no bank conflicts), which
-// keeps `partial` at kWarps x NT x 512 bytes; then those rows are stored.
-// Accumulator e of acc[r][i]: row g (+8 for e >= 2) of the warp's tile r,
-// token 8i + 2t + e % 2.
-template <typename T, int NT, int RT, int RW>
-__device__ __forceinline__ void reduce_and_store_rows(float (&partial)[kWarps / RW][RW][NT * 4][32],
-                                                      const float (&acc)[RT][NT][4], const T* __restrict__ bias,
-                                                      int m, int n, int row_tiles, T* __restrict__ out,
-                                                      bool accumulate) {
-  constexpr int KW = kWarps / RW;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rw = warp % RW, kw = warp / RW;
-#pragma unroll
-  for (int r = 0; r < RT; ++r) {
-    if (r > 0) __syncthreads();  // the previous row tile's sums are read
-#pragma unroll
-    for (int i = 0; i < NT; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) partial[kw][rw][i * 4 + e][lane] = acc[r][i][e];
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < RW * NT * 4 * 32; idx += blockDim.x) {
-      const int l = idx % 32, e = (idx / 32) % 4, i = (idx / 128) % NT, w = idx / (128 * NT);
-      const int out_tile = (int(blockIdx.x) * RW + w) * RT + r;
-      const int out_row = out_tile * 16 + l / 4 + (e >= 2 ? 8 : 0), token = i * 8 + 2 * (l % 4) + e % 2;
-      if (out_tile >= row_tiles || out_row >= n || token >= m) continue;
-      float v = 0.0f;
-#pragma unroll
-      for (int s = 0; s < KW; ++s) v += partial[s][w][i * 4 + e][l];
-      if (bias != nullptr) v += to_float(bias[out_row]);
-      if (accumulate) v += to_float(out[int64_t(token) * n + out_row]);
-      out[int64_t(token) * n + out_row] = from_float<T>(v);
-    }
-  }
-}
-
 // x [m, k], tiles uint4 [n_pad / 16][k / 64][32 lanes], scale_zero u32
 // [k / g][n_pad], out [m, n]. NT tiles of 8 tokens (m <= 8 NT). The block's
 // kWarps warps: RW of them on neighbouring runs of RT row tiles, the other
@@ -188,7 +151,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT * RT <= 4 ? 2 : 1)  // 2 block
   if (early) allow_next_kernel();  // the weights are read: the next kernel may load its own
 
   __shared__ float partial[KW][RW][NT * 4][32];
-  reduce_and_store_rows<T, NT, RT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate);
+  reduce_and_store<T, NT, RW, RT>(partial, acc, bias, m, n, row_tiles, out, accumulate);
 }
 
 template <typename T, int NT>
