@@ -58,41 +58,6 @@ __host__ __device__ constexpr int loads_in_flight() {
   return NT == 2 ? 8 : 4;
 }
 
-// acc += the products of chunk c of a lane's two rows (word: its 16-byte
-// A fragments; sz_g, sz_g8: the scale-and-zero words of rows g and g + 8)
-// with the chunk's activations of NT 8-token tiles.
-template <typename T, int NT>
-__device__ __forceinline__ void chunk_product(float (&acc)[NT][4], uint4 word, uint32_t sz_g, uint32_t sz_g8,
-                                              const T* __restrict__ x, int m, int k, int c, int lane) {
-  const int g = lane / 4, t = lane % 4;
-  const uint32_t zero_g = magic_zero<T>(sz_g), zero_g8 = magic_zero<T>(sz_g8);
-  const uint32_t words[4] = {word.x, word.y, word.z, word.w};
-  uint32_t a[4][4];
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) a[s][r] = weight_pair<T>(words[s] >> (4 * r), r % 2 == 0 ? zero_g : zero_g8);
-  }
-  const float scale_g = scale_of(sz_g), scale_g8 = scale_of(sz_g8);
-#pragma unroll
-  for (int i = 0; i < NT; ++i) {
-    // Tokens past m read the last row instead of zeros: no predicate and no
-    // zeroing a chunk, and their columns are never stored.
-    const int token = min(i * 8 + g, m - 1);
-    const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(token) * k + c * kChunkInputs + t * 16);
-    const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    mma_16816<T>(d, a[0], x0.x, x0.y);
-    mma_16816<T>(d, a[1], x0.z, x0.w);
-    mma_16816<T>(d, a[2], x1.x, x1.y);
-    mma_16816<T>(d, a[3], x1.z, x1.w);
-    acc[i][0] = fmaf(scale_g, d[0], acc[i][0]);
-    acc[i][1] = fmaf(scale_g, d[1], acc[i][1]);
-    acc[i][2] = fmaf(scale_g8, d[2], acc[i][2]);
-    acc[i][3] = fmaf(scale_g8, d[3], acc[i][3]);
-  }
-}
-
 // x [m, k], tiles uint4 [n_pad / 16][k / 64][32 lanes], scale_zero u32
 // [k / g][n_pad], out [m, n]. NT tiles of 8 tokens (m <= 8 NT); RW warps of a
 // block take consecutive row tiles and share their activations through L1,

@@ -36,51 +36,6 @@ using namespace w4;  // NOLINT: the shared kernel helpers
 constexpr int kLoads = 2;     // chunks a warp loads before it computes them (RT words each)
 constexpr int kRowTiles = 2;  // RT of the launched kernels
 
-// acc[r] += the products of chunk c of the lane's row tile r (w[r]: its
-// 16-byte A fragments; sz_g, sz_g8: the scale-and-zero words of rows g and
-// g + 8) with the chunk's activations of NT 8-token tiles, each read once
-// for all RT row tiles.
-template <typename T, int NT, int RT>
-__device__ __forceinline__ void chunk_product(float (&acc)[RT][NT][4], const uint4 (&w)[RT],
-                                              const uint32_t (&sz_g)[RT], const uint32_t (&sz_g8)[RT],
-                                              const T* __restrict__ x, int m, int k, int c, int lane) {
-  const int g = lane / 4, t = lane % 4;
-  // Every row tile's A fragments of the chunk's four k-steps (q - zero, exact).
-  uint32_t a[RT][4][4];
-  float scale_g[RT], scale_g8[RT];
-#pragma unroll
-  for (int r = 0; r < RT; ++r) {
-    const uint32_t zero_g = magic_zero<T>(sz_g[r]), zero_g8 = magic_zero<T>(sz_g8[r]);
-    const uint32_t words[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) a[r][s][q] = weight_pair<T>(words[s] >> (4 * q), q % 2 == 0 ? zero_g : zero_g8);
-    }
-    scale_g[r] = scale_of(sz_g[r]);
-    scale_g8[r] = scale_of(sz_g8[r]);
-  }
-#pragma unroll
-  for (int i = 0; i < NT; ++i) {
-    // Tokens past m read the last row; their columns are never stored.
-    const int token = min(i * 8 + g, m - 1);
-    const uint4* xp = reinterpret_cast<const uint4*>(x + int64_t(token) * k + c * kChunkInputs + t * 16);
-    const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-#pragma unroll
-    for (int r = 0; r < RT; ++r) {
-      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma_16816<T>(d, a[r][0], x0.x, x0.y);
-      mma_16816<T>(d, a[r][1], x0.z, x0.w);
-      mma_16816<T>(d, a[r][2], x1.x, x1.y);
-      mma_16816<T>(d, a[r][3], x1.z, x1.w);
-      acc[r][i][0] = fmaf(scale_g[r], d[0], acc[r][i][0]);
-      acc[r][i][1] = fmaf(scale_g[r], d[1], acc[r][i][1]);
-      acc[r][i][2] = fmaf(scale_g8[r], d[2], acc[r][i][2]);
-      acc[r][i][3] = fmaf(scale_g8[r], d[3], acc[r][i][3]);
-    }
-  }
-}
-
 // x [m, k], tiles uint4 [n_pad / 16][k / 64][32 lanes], scale_zero u32
 // [k / g][n_pad], out [m, n]. NT tiles of 8 tokens (m <= 8 NT). The block's
 // kWarps warps: RW of them on neighbouring runs of RT row tiles, the other
