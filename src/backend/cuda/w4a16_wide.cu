@@ -11,10 +11,12 @@
 // reads by RT; the price is RT times the accumulators (RT x NT x 4 a lane).
 // RT = 2 is what runs: on an H100 (BENCHMARKS.md) it took the 64-row
 // products 15-25 % below the best one-tile kernel, and neither RT = 4 (up to
-// 32 rows) nor the weights through four cp.async stages in shared memory
-// (bytes in flight while a chunk is computed) won a shape. What bounds it at
-// 64 rows is the mma.sync work of one or two blocks an SM (255 registers at
-// 64 rows), not the weights' stream.
+// 32 rows), nor the weights through four cp.async stages in shared memory
+// (bytes in flight while a chunk is computed), nor the tokens split over two
+// warps loading the same weights (half the accumulators, two blocks an SM)
+// won a shape. At 64 rows it runs one block an SM (255 registers), two warps
+// a scheduler, and the weights' stream is far from busy: more warps than
+// these registers allow, or wgmma, is what would feed it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
