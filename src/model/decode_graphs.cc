@@ -112,22 +112,19 @@ Tensor DecodeGraphs::run(const ForwardBatch& batch, const backend::PagedKvCache&
 }
 
 bool DecodeGraphs::stage_only_inputs(const ForwardBatch& padded, const StageInputs& stage_inputs) {
-  backend_.set_staging(true);
   bool staged = false;
-  try {
-    staged = stage_inputs(padded);
-  } catch (...) {
-    backend_.set_staging(false);
-    throw;
-  }
-  backend_.set_staging(false);
+  with_staging([&] { staged = stage_inputs(padded); });
   return staged;
 }
 
 void DecodeGraphs::stage(const ForwardBatch& padded, Tensor& logits, const Forward& forward) {
+  with_staging([&] { forward(padded, logits); });
+}
+
+void DecodeGraphs::with_staging(const std::function<void()>& work) {
   backend_.set_staging(true);
   try {
-    forward(padded, logits);
+    work();
   } catch (...) {
     backend_.set_staging(false);
     throw;

@@ -18,12 +18,12 @@
 // same bucket as the step before it, with nothing else run between them (the
 // model tells of its other forwards, forget_staged_inputs; a backend's upload
 // buffers serve the one model that runs on it at a time), differs from it
-// only in its token ids, positions and block tables: where
-// the model can stage just those (StageInputs), the staging pass over every
-// layer (tens of microseconds of host time a step, while the device waits)
-// is skipped. Graphs go stale when an input buffer of the backend moves
-// (graph_generation) and are recorded again. A recording that fails turns graphs off with a warning:
-// the forward runs as before.
+// only in its token ids, positions and block tables: where the model can
+// stage just those (StageInputs), the staging pass over every layer (tens of
+// microseconds of host time a step, while the device waits) is skipped.
+// Graphs go stale when an input buffer of the backend moves
+// (graph_generation) and are recorded again. A recording that fails turns
+// graphs off with a warning: the forward runs as before.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +89,8 @@ class DecodeGraphs {
   void stage(const ForwardBatch& padded, Tensor& logits, const Forward& forward);
   // stage_inputs(padded) with the backend staging; whether it staged the step.
   bool stage_only_inputs(const ForwardBatch& padded, const StageInputs& stage_inputs);
+  // work() with the backend staging, which ends however work() does.
+  void with_staging(const std::function<void()>& work);
   // Records `padded`'s forward for `key` into `logits`; null (graphs off, logged) when the backend cannot.
   std::unique_ptr<backend::DeviceGraph> record(const Key& key, const ForwardBatch& padded, Tensor& logits,
                                                const Forward& forward);

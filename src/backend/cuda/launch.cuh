@@ -6,15 +6,16 @@
 // such kernel calls before it reads anything a predecessor writes. The
 // decode-step kernels with spare room let their successor launch early
 // (allow_next_kernel): decode attention, RoPE, RMSNorm and SiLU·mul at their
-// start (at decode sizes they use few SMs), the GEMV after its weight loop; and the GEMV issues its first weight
-// loads (which no kernel writes) before it waits, so they are in flight while
-// the previous kernel finishes. Every kernel triggers only after its own
-// wait, so a kernel that starts finds all work before its predecessor done:
-// what only earlier kernels and copies wrote (decode attention's cached rows
-// of earlier tokens, the positions and block tables) may be read before the
-// wait too. Triggering at the start of every kernel, with
-// nothing to do before the wait, was slower for 4-bit decode (3.03 against
-// 2.95 ms a step): the waiting blocks took room the running ones needed.
+// start (at decode sizes they use few SMs), the GEMV after its weight loop;
+// and the GEMV issues its first weight loads (which no kernel writes) before
+// it waits, so they are in flight while the previous kernel finishes. Every
+// kernel triggers only after its own wait, so a kernel that starts finds all
+// work before its predecessor done: what only earlier kernels and copies
+// wrote (decode attention's cached rows of earlier tokens, the positions and
+// block tables) may be read before the wait too. Triggering at the start of
+// every kernel, with nothing to do before the wait, was slower for 4-bit
+// decode (3.03 against 2.95 ms a step): the waiting blocks took room the
+// running ones needed.
 // Where the device or the loaded kernel image is older than sm_90 (a
 // compute_75 PTX build JIT-compiled on a Hopper lacks the wait instruction),
 // or TESSERA_PDL=0, launch_after() is a plain launch and the wait a no-op;

@@ -139,11 +139,14 @@ void launch(T* residual, const T* x, const T* weight, int64_t n, int64_t hidden,
   const int64_t per = (vectors + kMaxThreads - 1) / kMaxThreads;                 // 1 .. kMaxPer
   const int64_t threads = ((vectors + per - 1) / per + 31) / 32 * 32;            // a whole number of warps
   const dim3 grid(static_cast<unsigned>(n)), block(static_cast<unsigned>(threads));
+  auto run = [&](auto kernel) {
+    launch_after(kernel, grid, block, 0, stream, residual, x, weight, hidden, eps, out, early);
+  };
   switch (per) {
-    case 1: launch_after(rms_norm_vec_kernel<T, kAddResidual, 1>, grid, block, 0, stream, residual, x, weight, hidden, eps, out, early); break;
-    case 2: launch_after(rms_norm_vec_kernel<T, kAddResidual, 2>, grid, block, 0, stream, residual, x, weight, hidden, eps, out, early); break;
-    case 3: launch_after(rms_norm_vec_kernel<T, kAddResidual, 3>, grid, block, 0, stream, residual, x, weight, hidden, eps, out, early); break;
-    default: launch_after(rms_norm_vec_kernel<T, kAddResidual, 4>, grid, block, 0, stream, residual, x, weight, hidden, eps, out, early); break;
+    case 1: run(rms_norm_vec_kernel<T, kAddResidual, 1>); break;
+    case 2: run(rms_norm_vec_kernel<T, kAddResidual, 2>); break;
+    case 3: run(rms_norm_vec_kernel<T, kAddResidual, 3>); break;
+    default: run(rms_norm_vec_kernel<T, kAddResidual, 4>); break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();
 }
