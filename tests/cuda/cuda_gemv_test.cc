@@ -1,5 +1,5 @@
 // The decode GEMV (backend/cuda/gemv.h) against the CPU linear over a grid of
-// skinny shapes, every rows-per-warp variant, f16 and bf16, f32 and 16-bit
+// skinny shapes, every variant (rows per warp, split-k), f16 and bf16, f32 and 16-bit
 // outputs; then the same shapes through Backend::linear, which picks GEMV or
 // cuBLASLt by timing. A planted wrong value must be caught. ctest label: gpu.
 #include <fmt/format.h>
@@ -59,14 +59,14 @@ TEST_P(CudaGemv, EveryVariantMatchesTheCpuLinear) {
     Tensor gx = cuda_->upload_weight(x), gw = cuda_->upload_weight(w);
     ASSERT_TRUE(cuda::gemv_supported(gx.raw_data(), gw.raw_data(), m, k, dtype_, DType::kF32));
     for (DType out_dtype : {DType::kF32, dtype_}) {
-      for (int rows : {1, 2, 4}) {
+      for (const cuda::GemvVariant& variant : cuda::kGemvVariants) {
         Tensor y = Tensor::empty({m, n}, out_dtype, cuda_->allocator());
         cuda_->synchronize();  // y's allocation is ordered on the backend's stream
-        cuda::launch_gemv(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, out_dtype, rows, nullptr);
+        cuda::launch_gemv(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, out_dtype, variant, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, not the backend's
         Tensor got = cuda_->to_host_f32(y);
         auto c = testing::compare(got.data<float>(), expected.data<float>(), static_cast<size_t>(m * n));
-        EXPECT_TRUE(close_enough(c, out_dtype)) << "gemv m=" << m << " n=" << n << " k=" << k << " rows/warp " << rows
+        EXPECT_TRUE(close_enough(c, out_dtype)) << "gemv m=" << m << " n=" << n << " k=" << k << " " << variant.name()
                                                 << " out " << dtype_name(out_dtype) << ": " << c.describe();
       }
     }
@@ -119,7 +119,7 @@ TEST_P(CudaGemv, APlantedWrongResultIsCaught) {
   Tensor y = Tensor::empty({m, n}, DType::kF32, cuda_->allocator());
   Tensor gx = cuda_->upload_weight(x), gw = cuda_->upload_weight(w);
   cuda_->synchronize();
-  cuda::launch_gemv(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, DType::kF32, 2, nullptr);
+  cuda::launch_gemv(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, DType::kF32, {2, false}, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Tensor got = cuda_->to_host_f32(y);
   EXPECT_TRUE(close_enough(testing::compare(got.data<float>(), expected.data<float>(), m * n), DType::kF32));
@@ -128,8 +128,8 @@ TEST_P(CudaGemv, APlantedWrongResultIsCaught) {
 }
 
 // The fused inputs and stores (gemv.h GemvFusion) against the CPU backend's
-// separate ops in f32, on the same 16-bit-rounded operands: every rows-per-
-// warp variant by launch_gemv_fused, then Backend::fused_linear, which forms
+// separate ops in f32, on the same 16-bit-rounded operands: every GEMV
+// variant by launch_gemv_fused, then Backend::fused_linear, which forms
 // the input by the separate CUDA op (the default) or, with
 // TESSERA_FUSED_INPUT=1, takes the fused GEMV where the GEMV is the shape's
 // kernel and the separate ops elsewhere (17 rows: always the separate ops).
@@ -207,22 +207,22 @@ TEST_P(CudaFusedGemv, EveryVariantMatchesTheSeparateCpuOps) {
       gemv.bias = f.bias ? gb.raw_data() : nullptr;
       gemv.accumulate = f.accumulate;
       ASSERT_TRUE(cuda::gemv_fusion_supported(gemv, gx.raw_data(), gw.raw_data(), m, k, dtype_, dtype_));
-      for (int rows : {1, 2, 4}) {
+      for (const cuda::GemvVariant& variant : cuda::kGemvVariants) {
         // Two rows a warp also warm L2 with the weight (a hint: the same result).
         gemv.prefetch = {};
-        if (rows == 2) {
+        if (variant.rows_per_warp == 2) {
           gemv.prefetch.base[0] = gemv.prefetch.base[1] = static_cast<const char*>(gw.raw_data());
           gemv.prefetch.bytes[0] = static_cast<int64_t>(gw.nbytes() / 32 * 16);
           gemv.prefetch.bytes[1] = static_cast<int64_t>(gw.nbytes() / 16 * 16);
         }
         Tensor y = cuda_->upload_weight(o.start);
         cuda_->synchronize();
-        cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, rows, gemv,
+        cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, variant, gemv,
                                 nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         Tensor got = cuda_->to_host_f32(y);
         auto c = testing::compare(got.data<float>(), o.expected.data<float>(), static_cast<size_t>(m * n));
-        EXPECT_TRUE(close_enough(c, dtype_)) << describe(f, m, n, k) << " rows/warp " << rows << ": " << c.describe();
+        EXPECT_TRUE(close_enough(c, dtype_)) << describe(f, m, n, k) << " " << variant.name() << ": " << c.describe();
       }
     }
   }
@@ -305,14 +305,14 @@ TEST_P(CudaFusedGemv, APrefetchKernelBetweenTwoProductsKeepsTheirOrder) {
   for (int repeat = 0; repeat < 20; ++repeat) {
     cuda::GemvFusion plain, add;
     add.accumulate = true;
-    cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, 1, plain, stream);
+    cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, {1, false}, plain, stream);
     cuda::PrefetchRanges ranges;
     ranges.base[0] = static_cast<const char*>(gw.raw_data());
     ranges.bytes[0] = 1040;
     ranges.base[1] = static_cast<const char*>(gw.raw_data()) + 4096;
     ranges.bytes[1] = static_cast<int64_t>(gw.nbytes()) - 4096 - 16;
     cuda::launch_prefetch_l2(ranges, 132, stream);
-    cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, 1, add, stream);
+    cuda::launch_gemv_fused(gx.raw_data(), gw.raw_data(), y.raw_data(), m, n, k, dtype_, dtype_, {1, false}, add, stream);
   }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);

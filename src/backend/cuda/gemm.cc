@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include "backend/cuda/cuda_check.h"
@@ -50,6 +51,7 @@ Gemm::Gemm(cudaStream_t stream, Allocator& allocator) : stream_(stream), allocat
     if (std::strcmp(mode, "0") == 0) gemv_mode_ = 0;
     if (std::strcmp(mode, "1") == 0) gemv_mode_ = 1;
   }
+  if (const char* split = std::getenv("TESSERA_GEMV_SPLIT_K")) split_k_ = std::strcmp(split, "0") != 0;
   TESSERA_CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_ = Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::kU8, allocator);
 }
@@ -101,7 +103,8 @@ void Gemm::run_cublas(const void* x, const void* w, void* y, const Key& key, boo
 
 namespace {
 
-std::string choice_name(int choice) { return choice == 0 ? "cublaslt" : fmt::format("gemv/r{}", choice); }
+// 0: cuBLASLt; i > 0: kGemvVariants[i - 1].
+std::string choice_name(int choice) { return choice == 0 ? "cublaslt" : kGemvVariants[choice - 1].name(); }
 
 // Destroys the timing events however the measurement ends.
 struct EventPair {
@@ -166,11 +169,11 @@ int Gemm::choose(const void* x, const void* w, const Key& key, const GemvFusion&
   std::string report;
   float cublas_ms = std::numeric_limits<float>::infinity();
   std::vector<std::pair<int, float>> gemv_ms;
-  for (int candidate : {0, 1, 2, 4}) {
-    if (gemv_mode_ == 1 && candidate == 0) continue;
+  for (int candidate = gemv_mode_ == 1 ? 1 : 0; candidate <= int(std::size(kGemvVariants)); ++candidate) {
+    if (candidate > 0 && kGemvVariants[candidate - 1].split_k && !split_k_) continue;
     auto run = [&] {
       if (candidate == 0) run_cublas(x, w, y, key);
-      else launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, candidate, timed, stream_);
+      else launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, kGemvVariants[candidate - 1], timed, stream_);
     };
     run();  // warm-up: plans, instruction cache
     TESSERA_CUDA_CHECK(cudaEventRecord(events.start, stream_));
@@ -208,7 +211,7 @@ void Gemm::linear(const void* x, const void* w, void* y, int64_t m, int64_t n, i
   } else {
     GemvFusion fusion;
     fusion.accumulate = accumulate;
-    launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, choice, fusion, stream_);
+    launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, kGemvVariants[choice - 1], fusion, stream_);
   }
 }
 
@@ -218,7 +221,7 @@ bool Gemm::linear_fused(const void* x, const void* w, void* y, int64_t m, int64_
   if (!gemv_fusion_supported(fusion, x, w, m, k, in_dtype, out_dtype)) return false;
   const int choice = choose(x, w, {m, n, k, in_dtype, out_dtype}, fusion);
   if (choice == 0) return false;
-  launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, choice, fusion, stream_);
+  launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, kGemvVariants[choice - 1], fusion, stream_);
   return true;
 }
 

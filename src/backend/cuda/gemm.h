@@ -7,7 +7,8 @@
 // operands (CUDA events, a few repeats each) and the GEMV is kept for that
 // shape unless cuBLASLt is faster by more than a tenth (gemm.cc says why),
 // logged at debug level. TESSERA_GEMV=0 keeps cuBLASLt everywhere,
-// TESSERA_GEMV=1 takes the GEMV wherever it applies (comparisons).
+// TESSERA_GEMV=1 takes the GEMV wherever it applies (comparisons);
+// TESSERA_GEMV_SPLIT_K=0 leaves the split-k variants out.
 #pragma once
 
 #include <cublasLt.h>
@@ -27,7 +28,7 @@
 namespace tessera::backend::cuda {
 
 // The kernel of a skinny shape from its first-call timings (ms): the
-// fastest GEMV variant of gemv_ms (rows per warp, time) unless cuBLASLt's
+// fastest GEMV variant of gemv_ms (its choice number, time) unless cuBLASLt's
 // time (infinity where it was not timed) is under nine tenths of it; 0 is
 // cuBLASLt.
 int choose_linear_kernel(float cublas_ms, const std::vector<std::pair<int, float>>& gemv_ms);
@@ -57,7 +58,7 @@ class Gemm {
   // cuBLASLt call), or null when it does not fit.
   void* timing_output(size_t bytes);
 
-  // The kernel chosen for a shape (and fused input) so far: "cublaslt", "gemv/rN" or "" (not decided yet).
+  // The kernel chosen for a shape (and fused input) so far: "cublaslt", a GemvVariant's name or "" (not decided yet).
   std::string choice_for(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype,
                          FusedInput input = FusedInput::kPlain) const;
 
@@ -66,7 +67,7 @@ class Gemm {
   struct Plan;
   Plan& plan_for(const Key& key);
   void run_cublas(const void* x, const void* w, void* y, const Key& key, bool accumulate = false);
-  // 0: cuBLASLt, 1/2/4: the GEMV with that many rows per warp; the
+  // 0: cuBLASLt, i > 0: the GEMV variant kGemvVariants[i - 1]; the
   // candidates are timed on x and w (the GEMV with `fusion`'s input, norm
   // weight and bias), into a scratch output.
   int choose(const void* x, const void* w, const Key& key, const GemvFusion& fusion);
@@ -78,6 +79,7 @@ class Gemm {
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<std::pair<Key, FusedInput>, int> choices_;
   int gemv_mode_ = -1;  // TESSERA_GEMV: -1 decide by timing, 0 never, 1 always where it applies
+  bool split_k_ = true;  // TESSERA_GEMV_SPLIT_K=0: no split-k variant among the candidates
 };
 
 }  // namespace tessera::backend::cuda

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/l2_prefetch.h"
 #include "core/dtype.h"
@@ -44,14 +45,25 @@ bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k, DType in
 
 // Each warp computes `rows_per_warp` (1, 2 or 4) consecutive outputs of every
 // x row: more rows per warp means more loads in flight per lane, fewer warps.
+// With split_k the four warps of a block share their outputs, each reading a
+// quarter of k: four times the warps, each a quarter of the row to walk.
+struct GemvVariant {
+  int rows_per_warp = 1;
+  bool split_k = false;
+  std::string name() const;  // "gemv/r2", "gemv/r4/split-k"
+};
+// The variants a timed choice tries (gemm.h).
+inline constexpr GemvVariant kGemvVariants[] = {{1, false}, {2, false}, {4, false},
+                                                {1, true},  {2, true},  {4, true}};
+
 void launch_gemv(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
-                 DType out_dtype, int rows_per_warp, cudaStream_t stream);
+                 DType out_dtype, GemvVariant variant, cudaStream_t stream);
 
 // gemv_supported, and the fusion's conditions (y in the input type for a
 // fused input, a 16-byte aligned norm weight).
 bool gemv_fusion_supported(const GemvFusion& fusion, const void* x, const void* w, int64_t m, int64_t k,
                            DType in_dtype, DType out_dtype);
 void launch_gemv_fused(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, DType in_dtype,
-                       DType out_dtype, int rows_per_warp, const GemvFusion& fusion, cudaStream_t stream);
+                       DType out_dtype, GemvVariant variant, const GemvFusion& fusion, cudaStream_t stream);
 
 }  // namespace tessera::backend::cuda
