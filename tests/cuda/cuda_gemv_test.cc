@@ -129,10 +129,10 @@ TEST_P(CudaGemv, APlantedWrongResultIsCaught) {
 
 // The fused inputs and stores (gemv.h GemvFusion) against the CPU backend's
 // separate ops in f32, on the same 16-bit-rounded operands: every GEMV
-// variant by launch_gemv_fused, then Backend::fused_linear, which forms
-// the input by the separate CUDA op (the default) or, with
-// TESSERA_FUSED_INPUT=1, takes the fused GEMV where the GEMV is the shape's
-// kernel and the separate ops elsewhere (17 rows: always the separate ops).
+// variant by launch_gemv_fused, then Backend::fused_linear, which (by
+// default) takes the fused GEMV where the GEMV is the shape's kernel and the
+// separate ops elsewhere (17 rows: always the separate ops), or, with
+// TESSERA_FUSED_INPUT=0, forms the input by the separate CUDA op.
 struct FusionCase {
   LinearFusion::Input input;
   bool accumulate, bias;
@@ -231,11 +231,11 @@ TEST_P(CudaFusedGemv, EveryVariantMatchesTheSeparateCpuOps) {
 TEST_P(CudaFusedGemv, TheBackendsFusedLinearMatchesTheSeparateCpuOps) {
   std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = kShapes;
   shapes.emplace_back(17, 300, 512);  // past the GEMV's rows: the separate ops on the GPU
-  setenv("TESSERA_FUSED_INPUT", "1", 1);
-  std::unique_ptr<Backend> fusing = make_cuda_backend(0, dtype_);
+  setenv("TESSERA_FUSED_INPUT", "0", 1);
+  std::unique_ptr<Backend> by_ops = make_cuda_backend(0, dtype_);
   unsetenv("TESSERA_FUSED_INPUT");
-  for (Backend* backend : {cuda_.get(), fusing.get()}) {
-    const char* mode = backend == cuda_.get() ? "inputs by their ops" : "inputs fused";
+  for (Backend* backend : {by_ops.get(), cuda_.get()}) {
+    const char* mode = backend == by_ops.get() ? "inputs by their ops" : "inputs fused";
     for (const FusionCase& f : kFusions) {
       for (auto [m, n, k] : shapes) {
         Operands o = make(f, m, n, k, 30);
@@ -249,11 +249,11 @@ TEST_P(CudaFusedGemv, TheBackendsFusedLinearMatchesTheSeparateCpuOps) {
           if (call == 2) with.prefetch = {&gw, &gx};
           backend->fused_linear(gx, with, gw, QuantizedWeight(), gb, y);
           Tensor got = backend->to_host_f32(y);
-          // By default, and past the GEMV's rows in either setting, the op
-          // forms the input; with fused inputs the timing may still give a
-          // shape to cuBLASLt after the op, so either rounding is right there.
+          // With TESSERA_FUSED_INPUT=0, and past the GEMV's rows in either
+          // setting, the op forms the input; by default the timing may still
+          // give a shape to cuBLASLt after the op, so either rounding is right there.
           auto c = testing::compare(got.data<float>(), o.expected_by_ops.data<float>(), static_cast<size_t>(m * n));
-          if (backend == fusing.get() && m <= 16 && !close_enough(c, dtype_)) {
+          if (backend == cuda_.get() && m <= 16 && !close_enough(c, dtype_)) {
             c = testing::compare(got.data<float>(), o.expected.data<float>(), static_cast<size_t>(m * n));
           }
           EXPECT_TRUE(close_enough(c, dtype_))

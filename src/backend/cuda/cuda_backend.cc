@@ -82,7 +82,7 @@ class CudaBackend final : public Backend {
     if (const char* kernel = std::getenv("TESSERA_DECODE_ATTENTION")) {
       use_split_decode_ = std::string(kernel) != "per_query";
     }
-    if (const char* fused = std::getenv("TESSERA_FUSED_INPUT")) fuse_inputs_ = std::string(fused) == "1";
+    if (const char* fused = std::getenv("TESSERA_FUSED_INPUT")) fuse_inputs_ = std::string(fused) != "0";
     if (const char* fused = std::getenv("TESSERA_FUSED_ROPE")) fuse_rope_ = std::string(fused) != "0";
     w4_ = std::make_unique<cuda::W4Linear>(stream_, *allocator_, *gemm_, compute_dtype_, kernel_capability_,
                                            [this](const std::function<void()>& fn, int repeats) {
@@ -373,13 +373,13 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // The input is formed by its op (rms_norm, silu_mul) into a scratch, and
-  // every product adds into the residual in its own store (cuBLASLt's beta =
+  // Every product adds into the residual in its own store (cuBLASLt's beta =
   // 1, the GEMV's and the 4-bit kernels' epilogues): no step runs a separate
-  // add. With TESSERA_FUSED_INPUT=1 the 16-bit decode GEMV forms the input
-  // itself where it is the shape's kernel (up to 16 rows): one kernel fewer,
-  // yet in a decode step's graph the op, which lets the GEMV launch and load
-  // its first weights beside it, and the plain GEMV were faster (BENCHMARKS.md).
+  // add. The 16-bit decode GEMV forms the input (RMSNorm, SiLU·mul) itself
+  // where it is the shape's kernel (up to 16 rows): one kernel fewer, and
+  // with the split-k variants, whose warps each form a quarter of x, faster
+  // than the op and the plain GEMV (BENCHMARKS.md). Elsewhere, and with
+  // TESSERA_FUSED_INPUT=0, the input is formed by its op into a scratch.
   void fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight, const QuantizedWeight& packed,
                     const Tensor& bias, Tensor& out) override {
     if (!fuse_inputs_ && fusion.input != LinearFusion::Input::kAsIs) {
@@ -669,7 +669,7 @@ class CudaBackend final : public Backend {
   int device_capability_ = 0;  // the GPU's own (CudaDeviceInfo::device_capability)
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)
   Tensor input_scratch_;     // formed_input's buffer
-  bool fuse_inputs_ = false;  // TESSERA_FUSED_INPUT=1: norms and SiLU·mul inside the 16-bit GEMV (comparisons)
+  bool fuse_inputs_ = true;  // TESSERA_FUSED_INPUT=0: norms and SiLU·mul by their ops, never in the GEMV
   bool fuse_rope_ = true;    // TESSERA_FUSED_ROPE=0: decode steps' RoPE by its own kernel (comparisons)
   std::unique_ptr<cuda::W4Linear> w4_;  // the 4-bit linears
   Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
