@@ -21,8 +21,9 @@
 // Fusions (GemvFusion), which save decode a kernel each around the GEMV:
 //   - RMSNorm of x: rms_norm(x)·wᵀ = inv_rms(x) · ((x∘g)·wᵀ), and inv_rms is
 //     a per-row scalar, so the loop multiplies x by g and, since every warp
-//     reads all of x once, also sums x²; the scalar is applied to the warp's
-//     sums at the end. No extra pass over x, no barrier.
+//     reads all of x once (split-k: the block's warps a quarter each), also
+//     sums x²; the scalar is applied to the sums at the end (split-k: once
+//     the warps' sums of squares have met too). No extra pass over x.
 //   - SiLU·mul: x is gate | up (row stride 2k); silu(gate)·up is formed in
 //     f32 as the chunks are read.
 //   - bias and accumulate (y += result: the residual stream) in the store.
