@@ -389,7 +389,9 @@ class CudaBackend final : public Backend {
       return fused_linear(formed_input(x, fusion), store_only, weight, packed, bias, out);
     }
     // The 4-bit kernels take the input as it is: forming it inside the
-    // tensor-core kernel measured slower than the separate op (BENCHMARKS.md).
+    // tensor-core kernels (in each row tile of the register kernels, or as
+    // the group-sum kernels stage x in every block) measured slower than
+    // the separate op (BENCHMARKS.md).
     if (packed.defined()) {
       quantized_product(formed_input(x, fusion), packed, bias, out, fusion.accumulate);
       // Only decode-sized steps: a prefill's attention is no pause for the memory system.
