@@ -84,8 +84,14 @@ constexpr int kWanted = 1024;                       // how many it gathers at le
 constexpr int kGaps = 16;
 __constant__ float kGap[kGaps] = {0.25f, 0.3536f, 0.5f, 0.7071f, 1.0f, 1.4142f, 2.0f, 2.8284f,
                                   4.0f,  5.6569f, 8.0f, 11.314f, 16.0f, 22.627f, 32.0f, INFINITY};
-using SortOrder = cub::BlockRadixSort<unsigned long long, kThreads, kPerThread>;
-using SortIds = cub::BlockRadixSort<uint32_t, kThreads, kPerThread>;
+// The fast path's sorts of its gathered tokens: kItems a thread, one where
+// they fit in kThreads slots (a sort's cost follows its slots, not the
+// tokens in them), kPerThread otherwise.
+template <int kItems>
+struct CandidateSorts {
+  using Order = cub::BlockRadixSort<unsigned long long, kThreads, kItems>;  // (key << 32) | ~id, descending
+  using Ids = cub::BlockRadixSort<uint32_t, kThreads, kItems>;              // the kept ids, ascending
+};
 
 struct Shared {
   union {
@@ -94,9 +100,11 @@ struct Shared {
     ReduceU32::TempStorage sum32;
     ScanU32::TempStorage scan32;
     ScanU64::TempStorage scan64;
-    SortOrder::TempStorage sort_order;
+    CandidateSorts<kPerThread>::Order::TempStorage sort_order;
+    CandidateSorts<1>::Order::TempStorage sort_order_one;
+    CandidateSorts<1>::Ids::TempStorage sort_ids_one;
     unsigned long long candidates[kCandidates];  // (key << 32) | ~id of the likeliest tokens, before their sort
-    SortIds::TempStorage sort_ids;
+    CandidateSorts<kPerThread>::Ids::TempStorage sort_ids;
   } cub;
   uint32_t within[kGaps];  // tokens within each gap of the largest
   uint32_t counts[kBins];
@@ -296,6 +304,103 @@ __device__ Selected radix_select(const Row& row, bool by_weight, unsigned long l
   return {prefix, above_count, above_weight, remaining, tied};
 }
 
+template <int kItems>
+__device__ auto& order_storage(Shared& s) {
+  if constexpr (kItems == 1) {
+    return s.cub.sort_order_one;
+  } else {
+    return s.cub.sort_order;
+  }
+}
+template <int kItems>
+__device__ auto& ids_storage(Shared& s) {
+  if constexpr (kItems == 1) {
+    return s.cub.sort_ids_one;
+  } else {
+    return s.cub.sort_ids;
+  }
+}
+
+// The fast path once its m tokens (the first m of the order, c of them
+// wanted; top_k_bounds: c is top_k) are gathered in s.cub.candidates:
+// sorted in kThreads * kItems slots, then cut and drawn from.
+template <int kItems>
+__device__ bool sample_gathered(const Row& row, const SamplingRow& p, unsigned long long total_weight, uint32_t m,
+                                uint32_t c, bool top_k_bounds, Shared& s, int32_t* token) {
+  // Likeliest first (a larger key, then a lower id): thread t holds ranks kItems t to kItems t + kItems - 1.
+  unsigned long long order[kItems];
+  for (int i = 0; i < kItems; ++i) {
+    const uint32_t rank = threadIdx.x * kItems + i;
+    order[i] = rank < m ? s.cub.candidates[rank] : 0ull;  // 0: below every real token
+  }
+  __syncthreads();
+  typename CandidateSorts<kItems>::Order(order_storage<kItems>(s)).SortDescending(order);
+  __syncthreads();
+  unsigned long long weight[kItems];
+  float value[kItems];
+  for (int i = 0; i < kItems; ++i) {
+    const uint32_t rank = threadIdx.x * kItems + i;
+    value[i] = key_value(static_cast<uint32_t>(order[i] >> 32));
+    weight[i] = rank < m ? fixed_weight(value[i], row.best) : 0ull;
+  }
+
+  uint32_t keep = top_k_bounds ? c : m;
+  bool bounded = top_k_bounds || static_cast<int64_t>(m) == row.n;
+  if (p.top_p < 1.0f) {
+    const unsigned long long target = larger(
+        1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(total_weight))));
+    unsigned long long before[kItems];
+    ScanU64(s.cub.scan64).ExclusiveSum(weight, before);
+    for (int i = 0; i < kItems; ++i) {
+      if (before[i] < target && target <= before[i] + weight[i]) {
+        atomicMin(&s.top_p_count, threadIdx.x * kItems + i + 1);
+      }
+    }
+    __syncthreads();
+    if (s.top_p_count != 0xffffffffu) {
+      keep = smaller(keep, s.top_p_count);
+      bounded = true;
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const double threshold = log(static_cast<double>(p.min_p)) + static_cast<double>(row.best);
+    uint32_t count = 0;
+    for (int i = 0; i < kItems; ++i) {
+      count += (threadIdx.x * kItems + i < m && static_cast<double>(value[i]) >= threshold) ? 1u : 0u;
+    }
+    __syncthreads();
+    const uint32_t at_least = larger(1u, ReduceU32(s.cub.sum32).Sum(count));
+    if (threadIdx.x == 0) s.count = at_least;
+    __syncthreads();
+    if (s.count < m) bounded = true;
+    keep = smaller(keep, s.count);
+  }
+  if (!bounded) return false;  // uniform over the block: every thread read the same shared values
+
+  // The draw, in id order over the first `keep` ranks.
+  uint32_t ids[kItems];
+  for (int i = 0; i < kItems; ++i) {
+    const uint32_t rank = threadIdx.x * kItems + i;
+    ids[i] = rank < keep ? ~static_cast<uint32_t>(order[i]) : 0xffffffffu;
+  }
+  __syncthreads();
+  typename CandidateSorts<kItems>::Ids(ids_storage<kItems>(s)).Sort(ids);
+  __syncthreads();
+  unsigned long long drawn_weight[kItems], before[kItems], total = 0;
+  for (int i = 0; i < kItems; ++i) {
+    drawn_weight[i] = ids[i] != 0xffffffffu ? fixed_weight(row.value(ids[i]), row.best) : 0ull;
+  }
+  ScanU64(s.cub.scan64).ExclusiveSum(drawn_weight, before, total);
+  unsigned long long target = static_cast<unsigned long long>(ceil(p.uniform * static_cast<double>(total)));
+  target = smaller(larger(target, 1ull), total);
+  for (int i = 0; i < kItems; ++i) {
+    if (before[i] < target && target <= before[i] + drawn_weight[i]) s.token = static_cast<int32_t>(ids[i]);
+  }
+  __syncthreads();
+  *token = s.token;
+  return true;
+}
+
 // The fast path of a truncating row: the tokens within the smallest gap
 // below the largest processed logit that holds the first C of the order (C =
 // top_k when it is at most kCandidates, else kWanted) — themselves the first
@@ -352,78 +457,8 @@ __device__ bool sample_from_candidates(const Row& row, const SamplingRow& p, uns
   });
   __syncthreads();
 
-  // Likeliest first (a larger key, then a lower id): thread t holds ranks 8t to 8t + 7.
-  unsigned long long order[kPerThread];
-  for (int i = 0; i < kPerThread; ++i) {
-    const uint32_t rank = threadIdx.x * kPerThread + i;
-    order[i] = rank < m ? s.cub.candidates[rank] : 0ull;  // 0: below every real token
-  }
-  __syncthreads();
-  SortOrder(s.cub.sort_order).SortDescending(order);
-  __syncthreads();
-  unsigned long long weight[kPerThread];
-  float value[kPerThread];
-  for (int i = 0; i < kPerThread; ++i) {
-    const uint32_t rank = threadIdx.x * kPerThread + i;
-    value[i] = key_value(static_cast<uint32_t>(order[i] >> 32));
-    weight[i] = rank < m ? fixed_weight(value[i], row.best) : 0ull;
-  }
-
-  uint32_t keep = top_k_bounds ? c : m;
-  bool bounded = top_k_bounds || static_cast<int64_t>(m) == row.n;
-  if (p.top_p < 1.0f) {
-    const unsigned long long target = larger(
-        1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p.top_p) * static_cast<double>(total_weight))));
-    unsigned long long before[kPerThread];
-    ScanU64(s.cub.scan64).ExclusiveSum(weight, before);
-    for (int i = 0; i < kPerThread; ++i) {
-      if (before[i] < target && target <= before[i] + weight[i]) {
-        atomicMin(&s.top_p_count, threadIdx.x * kPerThread + i + 1);
-      }
-    }
-    __syncthreads();
-    if (s.top_p_count != 0xffffffffu) {
-      keep = smaller(keep, s.top_p_count);
-      bounded = true;
-    }
-  }
-  if (p.min_p > 0.0f) {
-    const double threshold = log(static_cast<double>(p.min_p)) + static_cast<double>(row.best);
-    uint32_t count = 0;
-    for (int i = 0; i < kPerThread; ++i) {
-      count += (threadIdx.x * kPerThread + i < m && static_cast<double>(value[i]) >= threshold) ? 1u : 0u;
-    }
-    __syncthreads();
-    const uint32_t at_least = larger(1u, ReduceU32(s.cub.sum32).Sum(count));
-    if (threadIdx.x == 0) s.count = at_least;
-    __syncthreads();
-    if (s.count < m) bounded = true;
-    keep = smaller(keep, s.count);
-  }
-  if (!bounded) return false;  // uniform over the block: every thread read the same shared values
-
-  // The draw, in id order over the first `keep` ranks.
-  uint32_t ids[kPerThread];
-  for (int i = 0; i < kPerThread; ++i) {
-    const uint32_t rank = threadIdx.x * kPerThread + i;
-    ids[i] = rank < keep ? ~static_cast<uint32_t>(order[i]) : 0xffffffffu;
-  }
-  __syncthreads();
-  SortIds(s.cub.sort_ids).Sort(ids);
-  __syncthreads();
-  unsigned long long drawn_weight[kPerThread], before[kPerThread], total = 0;
-  for (int i = 0; i < kPerThread; ++i) {
-    drawn_weight[i] = ids[i] != 0xffffffffu ? fixed_weight(row.value(ids[i]), row.best) : 0ull;
-  }
-  ScanU64(s.cub.scan64).ExclusiveSum(drawn_weight, before, total);
-  unsigned long long target = static_cast<unsigned long long>(ceil(p.uniform * static_cast<double>(total)));
-  target = smaller(larger(target, 1ull), total);
-  for (int i = 0; i < kPerThread; ++i) {
-    if (before[i] < target && target <= before[i] + drawn_weight[i]) s.token = static_cast<int32_t>(ids[i]);
-  }
-  __syncthreads();
-  *token = s.token;
-  return true;
+  if (m <= static_cast<uint32_t>(kThreads)) return sample_gathered<1>(row, p, total_weight, m, c, top_k_bounds, s, token);
+  return sample_gathered<kPerThread>(row, p, total_weight, m, c, top_k_bounds, s, token);
 }
 
 __global__ void apply_logit_edits_kernel(float* __restrict__ logits, int64_t vocab, const LogitEdit* __restrict__ edits,
