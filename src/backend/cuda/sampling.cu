@@ -84,14 +84,10 @@ constexpr int kWanted = 1024;                       // how many it gathers at le
 constexpr int kGaps = 16;
 __constant__ float kGap[kGaps] = {0.25f, 0.3536f, 0.5f, 0.7071f, 1.0f, 1.4142f, 2.0f, 2.8284f,
                                   4.0f,  5.6569f, 8.0f, 11.314f, 16.0f, 22.627f, 32.0f, INFINITY};
-// The fast path's sorts of its gathered tokens: kItems a thread, one where
-// they fit in kThreads slots (a sort's cost follows its slots, not the
-// tokens in them), kPerThread otherwise.
-template <int kItems>
-struct CandidateSorts {
-  using Order = cub::BlockRadixSort<unsigned long long, kThreads, kItems>;  // (key << 32) | ~id, descending
-  using Ids = cub::BlockRadixSort<uint32_t, kThreads, kItems>;              // the kept ids, ascending
-};
+// The fast path's sorts of more gathered tokens than the block has threads
+// (kPerThread a thread): (key << 32) | ~id descending, the kept ids ascending.
+using SortOrder = cub::BlockRadixSort<unsigned long long, kThreads, kPerThread>;
+using SortIds = cub::BlockRadixSort<uint32_t, kThreads, kPerThread>;
 
 struct Shared {
   union {
@@ -100,11 +96,9 @@ struct Shared {
     ReduceU32::TempStorage sum32;
     ScanU32::TempStorage scan32;
     ScanU64::TempStorage scan64;
-    CandidateSorts<kPerThread>::Order::TempStorage sort_order;
-    CandidateSorts<1>::Order::TempStorage sort_order_one;
-    CandidateSorts<1>::Ids::TempStorage sort_ids_one;
+    SortOrder::TempStorage sort_order;
     unsigned long long candidates[kCandidates];  // (key << 32) | ~id of the likeliest tokens, before their sort
-    CandidateSorts<kPerThread>::Ids::TempStorage sort_ids;
+    SortIds::TempStorage sort_ids;
   } cub;
   uint32_t within[kGaps];  // tokens within each gap of the largest
   uint32_t counts[kBins];
@@ -304,37 +298,46 @@ __device__ Selected radix_select(const Row& row, bool by_weight, unsigned long l
   return {prefix, above_count, above_weight, remaining, tied};
 }
 
-template <int kItems>
-__device__ auto& order_storage(Shared& s) {
-  if constexpr (kItems == 1) {
-    return s.cub.sort_order_one;
-  } else {
-    return s.cub.sort_order;
+// Where the gathered tokens fit one a thread, each thread places its own by
+// counting, over the others in shared memory, those that come before it:
+// exact for distinct values, one pass of at most kThreads comparisons a
+// thread, where a block radix sort of 64-bit keys takes 16 passes of scans
+// and barriers (most of a sampled row's time once its passes over the
+// vocabulary had their loads in flight). values[0, count) distinct, `out`
+// a separate count slots; `before(a, b)`: a comes first.
+template <typename V, typename Before>
+__device__ void rank_sort(const V* values, uint32_t count, V* out, const Before& before) {
+  const uint32_t t = threadIdx.x;
+  if (t < count) {
+    const V mine = values[t];
+    uint32_t rank = 0;
+    for (uint32_t j = 0; j < count; ++j) rank += before(values[j], mine) ? 1u : 0u;  // one address: a broadcast
+    out[rank] = mine;
   }
-}
-template <int kItems>
-__device__ auto& ids_storage(Shared& s) {
-  if constexpr (kItems == 1) {
-    return s.cub.sort_ids_one;
-  } else {
-    return s.cub.sort_ids;
-  }
+  __syncthreads();
 }
 
 // The fast path once its m tokens (the first m of the order, c of them
 // wanted; top_k_bounds: c is top_k) are gathered in s.cub.candidates:
-// sorted in kThreads * kItems slots, then cut and drawn from.
+// sorted (kItems 1: m <= kThreads, by rank_sort; else by block radix sorts
+// of kThreads * kPerThread slots), then cut and drawn from.
 template <int kItems>
 __device__ bool sample_gathered(const Row& row, const SamplingRow& p, unsigned long long total_weight, uint32_t m,
                                 uint32_t c, bool top_k_bounds, Shared& s, int32_t* token) {
   // Likeliest first (a larger key, then a lower id): thread t holds ranks kItems t to kItems t + kItems - 1.
   unsigned long long order[kItems];
-  for (int i = 0; i < kItems; ++i) {
-    const uint32_t rank = threadIdx.x * kItems + i;
-    order[i] = rank < m ? s.cub.candidates[rank] : 0ull;  // 0: below every real token
+  if constexpr (kItems == 1) {
+    unsigned long long* sorted = s.cub.candidates + kThreads;  // past the m <= kThreads gathered
+    rank_sort(s.cub.candidates, m, sorted, [](unsigned long long a, unsigned long long b) { return a > b; });
+    order[0] = threadIdx.x < m ? sorted[threadIdx.x] : 0ull;  // 0: below every real token
+  } else {
+    for (int i = 0; i < kItems; ++i) {
+      const uint32_t rank = threadIdx.x * kItems + i;
+      order[i] = rank < m ? s.cub.candidates[rank] : 0ull;  // 0: below every real token
+    }
+    __syncthreads();
+    SortOrder(s.cub.sort_order).SortDescending(order);
   }
-  __syncthreads();
-  typename CandidateSorts<kItems>::Order(order_storage<kItems>(s)).SortDescending(order);
   __syncthreads();
   unsigned long long weight[kItems];
   float value[kItems];
@@ -384,7 +387,16 @@ __device__ bool sample_gathered(const Row& row, const SamplingRow& p, unsigned l
     ids[i] = rank < keep ? ~static_cast<uint32_t>(order[i]) : 0xffffffffu;
   }
   __syncthreads();
-  typename CandidateSorts<kItems>::Ids(ids_storage<kItems>(s)).Sort(ids);
+  if constexpr (kItems == 1) {
+    // The kept ids are the first `keep` ranks, one a thread, and distinct.
+    uint32_t* kept = reinterpret_cast<uint32_t*>(s.cub.candidates);
+    if (threadIdx.x < keep) kept[threadIdx.x] = ids[0];
+    __syncthreads();
+    rank_sort(kept, keep, kept + kThreads, [](uint32_t a, uint32_t b) { return a < b; });
+    ids[0] = threadIdx.x < keep ? kept[kThreads + threadIdx.x] : 0xffffffffu;
+  } else {
+    SortIds(s.cub.sort_ids).Sort(ids);
+  }
   __syncthreads();
   unsigned long long drawn_weight[kItems], before[kItems], total = 0;
   for (int i = 0; i < kItems; ++i) {
