@@ -18,6 +18,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/cold_timing.h"
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"
@@ -70,7 +71,12 @@ class CudaBackend final : public Backend {
     auto owner = std::make_shared<cuda::StreamOwner>(index);
     stream_ = owner->stream();
     allocator_ = std::make_unique<CudaAllocator>(std::move(owner));
-    gemm_ = std::make_unique<Gemm>(stream_, *allocator_);
+    cold_timer_ = std::make_unique<cuda::ColdTimer>(stream_, *allocator_, index);
+    // The products' first-call timings, cold: as a decode step meets them (cold_timing.h).
+    auto cold = [this](const std::function<void()>& fn, int repeats) {
+      return cold_timer_->seconds_per_call(fn, repeats);
+    };
+    gemm_ = std::make_unique<Gemm>(stream_, *allocator_, cold);
     int count = 1;
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index));
     multiprocessors_ = count;
@@ -84,10 +90,7 @@ class CudaBackend final : public Backend {
     }
     if (const char* fused = std::getenv("TESSERA_FUSED_INPUT")) fuse_inputs_ = std::string(fused) != "0";
     if (const char* fused = std::getenv("TESSERA_FUSED_ROPE")) fuse_rope_ = std::string(fused) != "0";
-    w4_ = std::make_unique<cuda::W4Linear>(stream_, *allocator_, *gemm_, compute_dtype_, kernel_capability_,
-                                           [this](const std::function<void()>& fn, int repeats) {
-                                             return time_per_call(fn, repeats);
-                                           });
+    w4_ = std::make_unique<cuda::W4Linear>(stream_, *allocator_, *gemm_, compute_dtype_, kernel_capability_, cold);
   }
 
   ~CudaBackend() override {
@@ -673,6 +676,7 @@ class CudaBackend final : public Backend {
   Tensor input_scratch_;     // formed_input's buffer
   bool fuse_inputs_ = true;  // TESSERA_FUSED_INPUT=0: norms and SiLU·mul by their ops, never in the GEMV
   bool fuse_rope_ = true;    // TESSERA_FUSED_ROPE=0: decode steps' RoPE by its own kernel (comparisons)
+  std::unique_ptr<cuda::ColdTimer> cold_timer_;  // the first-call timings of gemm_ and w4_
   std::unique_ptr<cuda::W4Linear> w4_;  // the 4-bit linears
   Tensor decode_partial_;              // [seqs, heads, splits, head_dim + 1] f32, grown as needed
   Tensor decode_arrivals_;             // decode attention's arrival counters (int32, zero between launches)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
@@ -46,7 +47,8 @@ struct Gemm::Plan {
   }
 };
 
-Gemm::Gemm(cudaStream_t stream, Allocator& allocator) : stream_(stream), allocator_(allocator) {
+Gemm::Gemm(cudaStream_t stream, Allocator& allocator, TimePerCall time_per_call)
+    : stream_(stream), time_per_call_(std::move(time_per_call)), allocator_(allocator) {
   if (const char* mode = std::getenv("TESSERA_GEMV")) {
     if (std::strcmp(mode, "0") == 0) gemv_mode_ = 0;
     if (std::strcmp(mode, "1") == 0) gemv_mode_ = 1;
@@ -106,19 +108,6 @@ namespace {
 // 0: cuBLASLt; i > 0: kGemvVariants[i - 1].
 std::string choice_name(int choice) { return choice == 0 ? "cublaslt" : kGemvVariants[choice - 1].name(); }
 
-// Destroys the timing events however the measurement ends.
-struct EventPair {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  EventPair() {
-    TESSERA_CUDA_CHECK(cudaEventCreate(&start));
-    TESSERA_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~EventPair() {
-    if (stop) cudaEventDestroy(stop);
-    if (start) cudaEventDestroy(start);
-  }
-};
-
 }  // namespace
 
 void* Gemm::timing_output(size_t bytes) {
@@ -165,7 +154,6 @@ int Gemm::choose(const void* x, const void* w, const Key& key, const GemvFusion&
   GemvFusion timed = fusion;  // its input, norm weight and bias; no add into y, no prefetch
   timed.accumulate = false;
   timed.prefetch = PrefetchRanges{};
-  EventPair events;
   std::string report;
   float cublas_ms = std::numeric_limits<float>::infinity();
   std::vector<std::pair<int, float>> gemv_ms;
@@ -175,14 +163,7 @@ int Gemm::choose(const void* x, const void* w, const Key& key, const GemvFusion&
       if (candidate == 0) run_cublas(x, w, y, key);
       else launch_gemv_fused(x, w, y, m, n, k, in_dtype, out_dtype, kGemvVariants[candidate - 1], timed, stream_);
     };
-    run();  // warm-up: plans, instruction cache
-    TESSERA_CUDA_CHECK(cudaEventRecord(events.start, stream_));
-    for (int i = 0; i < kRepeats; ++i) run();
-    TESSERA_CUDA_CHECK(cudaEventRecord(events.stop, stream_));
-    TESSERA_CUDA_CHECK(cudaEventSynchronize(events.stop));
-    float ms = 0.0f;
-    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-    ms /= kRepeats;
+    const auto ms = static_cast<float>(time_per_call_(run, kRepeats) * 1e3);  // with a warm-up call first
     report += fmt::format(" {} {:.1f} us", choice_name(candidate), ms * 1e3);
     if (candidate == 0) cublas_ms = ms;
     else gemv_ms.emplace_back(candidate, ms);

@@ -14,6 +14,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,7 +36,10 @@ int choose_linear_kernel(float cublas_ms, const std::vector<std::pair<int, float
 
 class Gemm {
  public:
-  Gemm(cudaStream_t stream, Allocator& allocator);
+  // Seconds per call of a candidate kernel (the backend's ColdTimer).
+  using TimePerCall = std::function<double(const std::function<void()>& fn, int repeats)>;
+
+  Gemm(cudaStream_t stream, Allocator& allocator, TimePerCall time_per_call);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -73,6 +77,7 @@ class Gemm {
   int choose(const void* x, const void* w, const Key& key, const GemvFusion& fusion);
 
   cudaStream_t stream_;
+  TimePerCall time_per_call_;
   cublasLtHandle_t handle_ = nullptr;
   Allocator& allocator_;
   Tensor workspace_;

@@ -22,4 +22,9 @@ struct PrefetchRanges {
 // The ranges into L2 by `parts` warps, each one slice.
 void launch_prefetch_l2(const PrefetchRanges& ranges, int parts, cudaStream_t stream);
 
+// Reads `bytes` (a multiple of 16) of device scratch through L2, evicting
+// what L2 held where the scratch is larger (cold_timing.h); may write the
+// scratch's first word.
+void launch_read_through_l2(void* scratch, int64_t bytes, int multiprocessors, cudaStream_t stream);
+
 }  // namespace tessera::backend::cuda

@@ -22,7 +22,7 @@ namespace tessera::backend::cuda {
 
 class W4Linear {
  public:
-  // Backend::time_per_call of the owning backend: seconds per call of fn.
+  // Seconds per call of a candidate kernel (the backend's ColdTimer).
   using TimePerCall = std::function<double(const std::function<void()>& fn, int repeats)>;
 
   // kernel_capability: what the loaded kernel image runs as (tiles need 8.0).
