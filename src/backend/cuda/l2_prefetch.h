@@ -2,7 +2,9 @@
 // (l2_prefetch.cuh says why): for products whose kernels take no prefetch
 // themselves (the 4-bit ones). Launched after the product, before the op that
 // reads little memory; it issues its prefetches, then waits for the product,
-// so the kernels after it still find the product's results.
+// so the kernels after it still find the product's results. And the
+// opposite: a read of scratch that evicts what L2 holds, for timing a
+// kernel as a decode step meets it (cold_timing.h).
 #pragma once
 
 #include <cuda_runtime.h>
