@@ -302,9 +302,9 @@ __device__ Selected radix_select(const Row& row, bool by_weight, unsigned long l
 // counting, over the others in shared memory, those that come before it:
 // exact for distinct values, one pass of at most kThreads comparisons a
 // thread, where a block radix sort of 64-bit keys takes 16 passes of scans
-// and barriers (most of a sampled row's time once its passes over the
-// vocabulary had their loads in flight). values[0, count) distinct, `out`
-// a separate count slots; `before(a, b)`: a comes first.
+// and barriers (on an H100 a row at top_k 40 went from 104 to 90 us:
+// BENCHMARKS.md). values[0, count) distinct, `out` a separate count slots;
+// `before(a, b)`: a comes first.
 template <typename V, typename Before>
 __device__ void rank_sort(const V* values, uint32_t count, V* out, const Before& before) {
   const uint32_t t = threadIdx.x;
