@@ -219,14 +219,17 @@ double time_forward(backend::Backend& backend, const model::ModelSpec& spec, con
   return std::chrono::duration<double>(Clock::now() - start).count() / steps;
 }
 
-// The sampling cases both samplers are timed on.
+// The sampling cases both samplers are timed on, each on a row of N(0, σ)
+// logits: σ 3 is peaked enough for the truncations to keep few tokens; σ 1
+// is flat, so top_p keeps tens of thousands (the whole-row path).
 struct SamplerCase {
   const char* name;
   engine::SamplingParams params;
+  float logit_sigma = 3.0f;
 };
 
 std::vector<SamplerCase> sampler_cases() {
-  engine::SamplingParams greedy, server, topp, nucleus, penalties;
+  engine::SamplingParams greedy, server, topp, nucleus, penalties, flat;
   server.temperature = 0.7f;  // what a request gets from the server without sampling fields (LMDeploy's defaults)
   server.top_k = 40;
   topp.temperature = 0.8f;
@@ -236,22 +239,28 @@ std::vector<SamplerCase> sampler_cases() {
   nucleus.top_p = 0.8f;
   penalties = topp;
   penalties.repetition_penalty = 1.1f;
-  return {{"greedy", greedy}, {"T 0.7 top_k 40 (server default)", server}, {"T 0.8 top_k 50 top_p 0.95", topp},
-          {"T 0.8 top_p 0.8 (no top_k)", nucleus}, {"+ repetition penalty", penalties}};
+  flat.temperature = 1.0f;
+  flat.top_p = 0.95f;
+  return {{"greedy", greedy},
+          {"T 0.7 top_k 40 (server default)", server},
+          {"T 0.8 top_k 50 top_p 0.95", topp},
+          {"T 0.8 top_p 0.8 (no top_k)", nucleus},
+          {"+ repetition penalty", penalties},
+          {"T 1.0 top_p 0.95, flat row", flat, 1.0f}};
 }
 
-std::vector<float> sampler_logits(int64_t vocab) {
+std::vector<float> sampler_logits(int64_t vocab, float sigma) {
   std::vector<float> logits(vocab);
   std::mt19937 rng(9);
-  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::normal_distribution<float> dist(0.0f, sigma);
   for (float& v : logits) v = dist(rng);
   return logits;
 }
 
 // Host seconds per logits row of engine::Sampler, greedy and with truncation.
 void time_sampler(int64_t vocab, int64_t batch) {
-  const std::vector<float> logits = sampler_logits(vocab);
   for (const SamplerCase& c : sampler_cases()) {
+    const std::vector<float> logits = sampler_logits(vocab, c.logit_sigma);
     engine::Sampler sampler(c.params);
     std::vector<int32_t> history(256, 17);
     engine::SampleInputs inputs;
@@ -268,11 +277,11 @@ void time_sampler(int64_t vocab, int64_t batch) {
 // Backend::sample_rows over a step's rows (edits, kernel and the ids' copy),
 // the same logits in every row.
 void time_device_sampler(backend::Backend& backend, int64_t vocab, int64_t batch, int repeats) {
-  const std::vector<float> row = sampler_logits(vocab);
-  std::vector<float> values;
-  for (int64_t i = 0; i < batch; ++i) values.insert(values.end(), row.begin(), row.end());
-  Tensor logits = backend.upload_weight(Tensor::from_f32(values, {batch, vocab}));
   for (const SamplerCase& c : sampler_cases()) {
+    const std::vector<float> row = sampler_logits(vocab, c.logit_sigma);
+    std::vector<float> values;
+    for (int64_t i = 0; i < batch; ++i) values.insert(values.end(), row.begin(), row.end());
+    Tensor logits = backend.upload_weight(Tensor::from_f32(values, {batch, vocab}));
     engine::Sampler sampler(c.params);
     std::vector<int32_t> history(256, 17);
     engine::SampleInputs inputs;
