@@ -18,13 +18,18 @@
 
 namespace tessera::backend::cuda {
 
+// Seconds per call of fn (which only enqueues work on `stream`): one call to
+// warm up, then `repeats` calls back to back between two events, as a loop
+// meets them (what one call leaves in L2 the next finds there).
+double seconds_per_call_back_to_back(cudaStream_t stream, const std::function<void()>& fn, int repeats);
+
 class ColdTimer {
  public:
   // Allocates the scratch (twice the L2 size: 100 MB on an H100 or H200, 8
   // MB on a T4) here, once: the timings run at a shape's first call, which
   // may fall between the collectives of ranks sharing a GPU, where nothing
   // may be allocated. Without room for it, or with TESSERA_COLD_TIMING=0,
-  // the calls run back to back, as a loop meets them.
+  // it times back to back (seconds_per_call_back_to_back).
   ColdTimer(cudaStream_t stream, Allocator& allocator, int device);
 
   // Seconds per call of fn (which only enqueues work on the stream): one

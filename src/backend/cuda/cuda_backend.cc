@@ -172,31 +172,7 @@ class CudaBackend final : public Backend {
   void* stream_handle() override { return stream_; }
 
   double time_per_call(const std::function<void()>& fn, int repeats) override {
-    fn();
-    cudaEvent_t start = nullptr, stop = nullptr;
-    TESSERA_CUDA_CHECK(cudaEventCreate(&start));
-    if (cudaEventCreate(&stop) != cudaSuccess) {
-      cudaEventDestroy(start);
-      TESSERA_CUDA_CHECK(cudaGetLastError());
-    }
-    float ms = 0.0f;
-    cudaError_t status = cudaEventRecord(start, stream_);
-    if (status == cudaSuccess) {
-      try {
-        for (int i = 0; i < repeats; ++i) fn();
-      } catch (...) {
-        cudaEventDestroy(start);
-        cudaEventDestroy(stop);
-        throw;
-      }
-      status = cudaEventRecord(stop, stream_);
-    }
-    if (status == cudaSuccess) status = cudaEventSynchronize(stop);
-    if (status == cudaSuccess) status = cudaEventElapsedTime(&ms, start, stop);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    TESSERA_CUDA_CHECK(status);
-    return ms * 1e-3 / repeats;
+    return cuda::seconds_per_call_back_to_back(stream_, fn, repeats);
   }
 
   void prepare(const AttentionBatch& batch) override {
