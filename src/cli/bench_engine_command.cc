@@ -7,6 +7,8 @@
 // device and reports their output tokens/s next to one stream through
 // engine::generate on the same model; a short run of the same batch first
 // warms plans, kernel choices and the allocator, so the timed run is steady.
+// With --tp N the streams run on N tensor-parallel ranks (the serving path's
+// executor and communicator choice), a model directory only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,10 +18,12 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "cli/serving_model.h"
 #include "core/error.h"
 #include "engine/cpu_executor.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/tp_executor.h"
 #include "model/random_weights.h"
 #include "model/transformer.h"
 
@@ -34,6 +38,7 @@ struct BenchEngineArgs {
   std::string device = "cpu";
   std::string dtype = "auto";
   bool skip_single = false;
+  int tp = 1;  // tensor-parallel ranks (a model directory)
   int64_t batch = 256;
   int64_t steps = 2000;
   int64_t vocab = 256;
@@ -195,6 +200,47 @@ int64_t run_streams(engine::Engine& engine, const BenchEngineArgs& args, int64_t
   return generated;
 }
 
+// The streams through the engine on `tp` ranks of the model directory's
+// shards, each rank's device as serving would pick it.
+void bench_tp(const BenchEngineArgs& args) {
+  if (!args.random_shape.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "--tp needs a model directory, not --random",
+                "write one with `tessera convert random_model --shape SHAPE DIR` and pass DIR");
+  }
+  const Device device = parse_device(args.device);
+  const DType dtype = backend::choose_compute_dtype(args.dtype, device);
+  const model::HostModel model = model::read_host_model(args.model_dir);
+  const int64_t session_len = args.prompt_tokens + args.new_tokens + 8;
+  engine::EngineConfig config = engine_config(args.batch, session_len);
+  engine::TpExecutorConfig tp_config;
+  tp_config.tp = args.tp;
+  tp_config.num_blocks = config.num_blocks;
+  tp_config.block_size = config.block_size;
+  tp_config.comm_plan = choose_tp_comm(args.tp, device, false);
+  tp_config.compute_dtype = dtype;
+  auto executor = std::make_unique<engine::TpExecutor>(model, tp_config);
+  fmt::print("model {} ({} on {} ranks, {} communicator, sampling on {}): prompt {} tokens, {} new tokens per "
+             "stream, batch {}, {}\n",
+             args.model_dir, dtype_name(dtype), args.tp, executor->communicator_name(),
+             executor->samples_on_device() ? "rank 0's device" : "the host", args.prompt_tokens, args.new_tokens,
+             args.batch,
+             args.temperature > 0.0f
+                 ? fmt::format("temperature {} top_k {} top_p {}", args.temperature, args.top_k, args.top_p)
+                 : std::string("greedy"));
+  const int64_t vocab = model.spec.vocab_size;
+  int64_t generated = 0;
+  double batched_s = 0;
+  {
+    engine::Engine engine(config, std::move(executor));
+    run_streams(engine, args, vocab, std::min<int64_t>(args.new_tokens, 4), 1000000);
+    const auto start = Clock::now();
+    generated = run_streams(engine, args, vocab, args.new_tokens, 0);
+    batched_s = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  fmt::print("  {} streams through the engine     {:.0f} output tokens/s ({} tokens in {:.2f} s, prefill included)\n",
+             args.batch, generated / batched_s, generated, batched_s);
+}
+
 void bench_model(const BenchEngineArgs& args) {
   const Device device = parse_device(args.device);
   const DType dtype = backend::choose_compute_dtype(args.dtype, device);
@@ -249,6 +295,9 @@ void add_bench_engine_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--device", args->device, "cpu, cuda or cuda:N (with a model)")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "auto, float16, bfloat16 or float32")->capture_default_str();
   cmd->add_flag("--skip-single", args->skip_single, "no one-stream baseline");
+  cmd->add_option("--tp", args->tp, "tensor-parallel ranks over the GPUs from --device (a model directory)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--batch", args->batch, "sequences decoding together")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--steps", args->steps, "decode steps (fake executor)")->capture_default_str()->check(CLI::Range(2, 1000000));
   cmd->add_option("--vocab", args->vocab, "vocabulary of the fake executor")->capture_default_str()->check(CLI::Range(2, 1 << 20));
@@ -263,6 +312,8 @@ void add_bench_engine_command(CLI::App& app, Runner& runner) {
     runner = [args] {
       if (args->model_dir.empty() && args->random_shape.empty()) {
         bench_fake(*args);
+      } else if (args->tp > 1) {
+        bench_tp(*args);
       } else {
         bench_model(*args);
       }
