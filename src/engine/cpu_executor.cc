@@ -7,9 +7,11 @@
 namespace tessera::engine {
 
 CpuExecutor::CpuExecutor(model::Transformer& model, int64_t num_blocks, int64_t block_size)
-    : model_(model), cache_(model.allocate_cache(num_blocks, block_size)) {
+    : model_(model), cache_(model.allocate_cache(num_blocks, block_size)), device_sampling_(device_sampling_wanted(model)) {}
+
+bool device_sampling_wanted(const model::Transformer& model) {
   const char* setting = std::getenv("TESSERA_GPU_SAMPLING");
-  device_sampling_ = model.samples_on_device() && !(setting != nullptr && std::string(setting) == "0");
+  return model.samples_on_device() && !(setting != nullptr && std::string(setting) == "0");
 }
 
 model::ForwardBatch make_forward_batch(const StepPlan& plan) {

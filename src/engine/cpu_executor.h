@@ -24,6 +24,10 @@ class CpuExecutor : public Executor {
   bool device_sampling_ = false;
 };
 
+// Whether an executor of `model` samples on its device: where the model can
+// (Transformer::samples_on_device) unless TESSERA_GPU_SAMPLING=0.
+bool device_sampling_wanted(const model::Transformer& model);
+
 // The forward batch of a plan: chunks in order, block tables padded with 0 to
 // the longest (padding is never read: attention stops at each sequence's length).
 model::ForwardBatch make_forward_batch(const StepPlan& plan);

@@ -94,6 +94,7 @@ TpExecutor::TpExecutor(const model::HostModel& model, const TpExecutorConfig& co
     stop();
     throw;
   }
+  device_sampling_ = ranks_[0]->global == 0 && device_sampling_wanted(*ranks_[0]->model);
 }
 
 std::string TpExecutor::communicator_name() const {
@@ -101,7 +102,6 @@ std::string TpExecutor::communicator_name() const {
 }
 
 void TpExecutor::Rank::release() noexcept {
-  logits = Tensor();
   cache = backend::PagedKvCache();
   model.reset();
   comm.reset();  // waits for its stream, which the backend still owns
@@ -235,15 +235,22 @@ void TpExecutor::rebuild_group() {
   }
 }
 
-Tensor TpExecutor::forward(const model::ForwardBatch& batch) {
+void TpExecutor::run_forward(const model::ForwardBatch& batch, const std::function<void(Rank&)>& root) {
   std::function<void(int)> hook = hook_;
   run_on_all([&](Rank& rank) {
     if (hook) hook(rank.global);
     if (rank.link) send_step(*rank.link, &batch);
-    rank.logits = rank.model->forward(batch, rank.cache);
+    if (rank.global == 0 && root) {
+      root(rank);
+    } else {
+      rank.model->forward_as_peer(batch, rank.cache);
+    }
   });
-  Tensor logits = std::move(ranks_[0]->logits);
-  for (auto& rank : ranks_) rank->logits = Tensor();
+}
+
+Tensor TpExecutor::forward(const model::ForwardBatch& batch) {
+  Tensor logits;
+  run_forward(batch, [&](Rank& rank) { logits = rank.model->forward(batch, rank.cache); });
   return logits;
 }
 
@@ -253,7 +260,7 @@ void TpExecutor::follow() {
   run_on_all([&](Rank& rank) {
     while (std::optional<model::ForwardBatch> batch = receive_step(*rank.link)) {
       if (hook) hook(rank.global);
-      rank.model->forward(*batch, rank.cache);
+      rank.model->forward_as_peer(*batch, rank.cache);
     }
   }, /*rebuild_on_failure=*/false);
 }
@@ -263,11 +270,17 @@ StepOutput TpExecutor::execute(const StepPlan& plan) {
   if (batch.logit_rows.empty()) {
     // Only prefill chunks this step: the forward still wants one logits row; drop it.
     batch.logit_rows = {0};
-    forward(batch);
+    run_forward(batch, nullptr);
     return {};
   }
   StepOutput out;
-  out.logits = forward(batch);
+  if (plan.device_sampling) {
+    run_forward(batch, [&](Rank& rank) {
+      out.token_ids = rank.model->forward_sample(batch, rank.cache, *plan.device_sampling);
+    });
+  } else {
+    out.logits = forward(batch);
+  }
   return out;
 }
 

@@ -8,9 +8,11 @@
 // Everything a rank owns is made and destroyed on its thread, so a CUDA rank's
 // device stays current there. execute and forward are called from one
 // thread (the engine thread); they build the ForwardBatch once, hand the same
-// const batch to every worker, and wait for all of them. Each rank ends with
-// the full logits (the LM head's all-gather); rank 0's are returned for
-// sampling.
+// const batch to every worker, and wait for all of them. The LM head's
+// all-gather puts every row's full logits on each rank's device; rank 0
+// samples them there (a plan's device_sampling, where its model
+// samples_on_device) or returns them to the host, and the other ranks keep
+// nothing (Transformer::forward_as_peer).
 //
 // Several nodes (config.nodes, from comm::rendezvous): this process runs
 // global ranks first_rank .. first_rank + links - 1 of tp. Node 0's executor
@@ -83,6 +85,8 @@ class TpExecutor : public Executor {
 
   StepOutput execute(const StepPlan& plan) override;
   int64_t vocab_size() const override { return spec_.vocab_size; }
+  // Rank 0 samples on its device (device_sampling_wanted of its model).
+  bool samples_on_device() const override { return device_sampling_; }
 
   // One forward of `batch` on every rank; rank 0's logits, host f32
   // [batch.logit_rows.size(), vocab].
@@ -113,13 +117,16 @@ class TpExecutor : public Executor {
     comm::Communicator* collectives() const { return comm ? comm.get() : link.get(); }
     std::unique_ptr<model::Transformer> model;
     backend::PagedKvCache cache;
-    Tensor logits;
     std::exception_ptr error;
     std::thread thread;
     // Releases what the rank owns, in dependency order, on the rank's thread.
     void release() noexcept;
   };
 
+  // One forward of `batch` on every rank: global rank 0 runs `root` with its
+  // model (a forward that returns logits or tokens), every other rank
+  // forward_as_peer. A null `root`: rank 0 too keeps nothing.
+  void run_forward(const model::ForwardBatch& batch, const std::function<void(Rank&)>& root);
   void work(Rank& rank);
   // Runs `job` on every rank and waits; each rank's exception is in rank.error.
   void run_job(const std::function<void(Rank&)>& job);
@@ -134,6 +141,7 @@ class TpExecutor : public Executor {
   TpExecutorConfig config_;
   std::shared_ptr<comm::CommGroup> group_;  // the group the ranks' communicators were made from
   std::vector<std::unique_ptr<Rank>> ranks_;
+  bool device_sampling_ = false;
   bool broken_ = false;  // a failed group could not be built again: every step fails
   std::string broken_reason_;
   std::function<void(int)> hook_;

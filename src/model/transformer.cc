@@ -65,20 +65,26 @@ void Transformer::all_reduce(Tensor& partial) {
   if (shard_.world_size > 1) comm_->all_reduce_sum(partial);
 }
 
-Tensor Transformer::gather_logits(const Tensor& local) {
-  if (shard_.world_size == 1) return backend_.to_host_f32(local);
-  const int64_t m = local.dim(0), rows = shard_.vocab_rows, world = shard_.world_size;
-  Tensor gathered = Tensor::empty({world, m, rows}, DType::kF32, backend_.allocator());
+Tensor Transformer::all_gather_logits(const Tensor& local) {
+  if (shard_.world_size == 1) return local;
+  const int64_t m = local.dim(0), world = shard_.world_size;
+  Tensor gathered = Tensor::empty({world * m, shard_.vocab_rows}, DType::kF32, backend_.allocator());
   comm_->all_gather(local, gathered);
-  Tensor parts = backend_.to_host_f32(gathered);  // [world, m, rows]: rank r's columns of every row
-  Tensor logits = Tensor::empty({m, spec_.vocab_size}, DType::kF32);
+  return gathered;
+}
+
+Tensor Transformer::logits_by_row(const Tensor& gathered, int64_t m) {
+  const int64_t world = shard_.world_size, rows = shard_.vocab_rows;
+  // One row (a decode step of one sequence): the parts already follow each other.
+  if (world == 1 || m == 1) return gathered.reshape({m, world * rows});
+  std::vector<int32_t> order;  // [m * world]: row i's part from rank r is gathered row r * m + i
+  order.reserve(m * world);
   for (int64_t i = 0; i < m; ++i) {
-    for (int64_t r = 0; r < world; ++r) {
-      const int64_t begin = r * rows, count = std::clamp<int64_t>(spec_.vocab_size - begin, 0, rows);
-      std::copy_n(parts.data<float>() + (r * m + i) * rows, count, logits.data<float>() + i * spec_.vocab_size + begin);
-    }
+    for (int64_t r = 0; r < world; ++r) order.push_back(static_cast<int32_t>(r * m + i));
   }
-  return logits;
+  Tensor by_row = Tensor::empty({m * world, rows}, DType::kF32, backend_.allocator());
+  backend_.gather_rows(gathered, order, by_row);
+  return by_row.reshape({m, world * rows});
 }
 
 void Transformer::project(const Tensor& x, backend::LinearFusion fusion, const Tensor& weight,
@@ -136,7 +142,15 @@ backend::PagedKvCache Transformer::allocate_cache(int64_t num_blocks, int64_t bl
 }
 
 Tensor Transformer::forward(const ForwardBatch& batch, backend::PagedKvCache& cache) {
-  return gather_logits(forward_local(batch, cache));
+  const Tensor local = forward_local(batch, cache);
+  const int64_t m = local.dim(0), vocab = spec_.vocab_size;
+  Tensor wide = backend_.to_host_f32(logits_by_row(all_gather_logits(local), m));
+  if (wide.dim(1) == vocab) return wide;
+  Tensor logits = Tensor::empty({m, vocab}, DType::kF32);  // an uneven last shard's padding dropped
+  for (int64_t i = 0; i < m; ++i) {
+    std::copy_n(wide.data<float>() + i * wide.dim(1), vocab, logits.data<float>() + i * vocab);
+  }
+  return logits;
 }
 
 std::vector<int32_t> Transformer::forward_sample(const ForwardBatch& batch, backend::PagedKvCache& cache,
@@ -144,8 +158,13 @@ std::vector<int32_t> Transformer::forward_sample(const ForwardBatch& batch, back
   if (!samples_on_device()) {
     throw Error(ErrorKind::kInternal, "forward_sample: this model's logits are not sampled where they are");
   }
-  Tensor local = forward_local(batch, cache);
-  return backend_.sample_rows(local, sampling);  // only the ids leave the device
+  const Tensor local = forward_local(batch, cache);
+  Tensor logits = logits_by_row(all_gather_logits(local), local.dim(0));
+  return backend_.sample_rows(logits, sampling);  // only the ids leave the device
+}
+
+void Transformer::forward_as_peer(const ForwardBatch& batch, backend::PagedKvCache& cache) {
+  all_gather_logits(forward_local(batch, cache));
 }
 
 Tensor Transformer::forward_local(const ForwardBatch& batch, backend::PagedKvCache& cache) {

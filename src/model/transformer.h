@@ -9,8 +9,9 @@
 // Under tensor parallelism each rank runs this same forward on its shard
 // (shard.h) with a communicator: attention on its heads, the MLP on its
 // intermediate units, an all-reduce after o and after down, and the LM head on
-// its vocabulary rows followed by an all-gather, so every rank returns the
-// full logits. Nothing here depends on which rank it is.
+// its vocabulary rows followed by an all-gather, after which any rank can
+// return the full logits or sample them on its device. Nothing here depends
+// on which rank it is; the caller picks the rank that returns them.
 #pragma once
 
 #include <filesystem>
@@ -55,14 +56,24 @@ class Transformer {
   // one block more past them is the cache's spare_block (their padding rows).
   backend::PagedKvCache allocate_cache(int64_t num_blocks, int64_t block_size);
 
-  // Returns host f32 logits [logit_rows.size(), vocab], on every rank.
+  // Returns host f32 logits [logit_rows.size(), vocab]. Under tensor
+  // parallelism any rank may call it; the others call forward_as_peer.
   Tensor forward(const ForwardBatch& batch, backend::PagedKvCache& cache);
   // The same forward, returning only each logits row's token, sampled by the
-  // backend where the logits are (backend::Backend::sample_rows): on one
-  // device whose backend samples_rows(); see samples_on_device().
+  // backend where the logits are (backend::Backend::sample_rows); see
+  // samples_on_device().
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, backend::PagedKvCache& cache,
                                       const backend::SamplingBatch& sampling);
-  bool samples_on_device() const { return shard_.world_size == 1 && backend_.samples_rows(); }
+  // Where forward_sample runs: a backend that samples_rows(), and a
+  // vocabulary the ranks split evenly (a padded LM-head shard would put
+  // columns past the vocabulary in the rows sampled).
+  bool samples_on_device() const {
+    return backend_.samples_rows() && shard_.vocab_rows * shard_.world_size == spec_.vocab_size;
+  }
+  // Tensor parallelism: this rank's part of a forward whose logits another
+  // rank returns (forward or forward_sample) — every layer and the logits'
+  // all-gather that rank waits on; nothing is copied to the host or kept.
+  void forward_as_peer(const ForwardBatch& batch, backend::PagedKvCache& cache);
 
   void set_trace(TraceFn trace) { trace_ = std::move(trace); }
 
@@ -104,8 +115,14 @@ class Transformer {
                              Tensor& pending);
   // Sums a row-parallel layer's partial outputs over the ranks.
   void all_reduce(Tensor& partial);
-  // [m, shard.vocab_rows] f32 on every rank -> host [m, vocab].
-  Tensor gather_logits(const Tensor& local);
+  // Every rank's logits [m, shard.vocab_rows] f32 -> [world_size * m,
+  // vocab_rows] on this rank's device, rank r's columns of row i at row
+  // r * m + i (one rank: `local` itself). The collective every rank joins.
+  Tensor all_gather_logits(const Tensor& local);
+  // all_gather_logits' parts put together by row, on the device: [m,
+  // world_size * vocab_rows], the vocabulary's columns in order, then the
+  // padding of an uneven last shard.
+  Tensor logits_by_row(const Tensor& gathered, int64_t m);
 
   ModelSpec spec_;
   TpShard shard_;

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "../test_paths.h"
+#include "engine_tokens.h"
 #include "backend/backend.h"
 #include "engine/cpu_executor.h"
 #include "engine/engine.h"
@@ -148,52 +149,18 @@ TEST(CudaSampling, ADifferentUniformIsCaught) {
   EXPECT_GT(wrong, drawn / 10) << wrong << " of " << drawn << " drawn rows differ";
 }
 
-std::vector<std::vector<int32_t>> engine_tokens(model::Transformer& model, bool device_sampling) {
-  if (device_sampling) unsetenv("TESSERA_GPU_SAMPLING");
-  else setenv("TESSERA_GPU_SAMPLING", "0", 1);
-  engine::EngineConfig config;
-  config.block_size = 4;
-  config.num_blocks = 256;
-  config.session_len = 64;
-  config.scheduler = {8, 64};
-  std::vector<std::vector<int32_t>> all;
-  {
-    engine::Engine engine(config, std::make_unique<engine::CpuExecutor>(model, config.num_blocks, config.block_size));
-    std::vector<std::shared_ptr<engine::RequestStream>> streams;
-    for (int i = 0; i < 8; ++i) {
-      engine::Request r;
-      r.prompt = {1, static_cast<int32_t>(3 + i), static_cast<int32_t>(7 + 2 * i)};
-      r.max_tokens = 12;
-      r.ignore_eos = true;
-      if (i >= 2) {  // seeded sampling, with penalties on some
-        r.sampling.temperature = 0.9f;
-        r.sampling.seed = 100 + i;
-        r.sampling.top_k = i % 3 == 0 ? 20 : 0;
-        r.sampling.top_p = i % 2 == 0 ? 0.9f : 1.0f;
-        if (i >= 6) r.sampling.repetition_penalty = 1.2f;
-        if (i == 7) r.sampling.frequency_penalty = 0.5f;
-      }
-      streams.push_back(engine.submit(r));
-    }
-    for (auto& s : streams) {
-      all.emplace_back();
-      while (true) {
-        engine::TokenEvent e = s->next();
-        if (e.has_token()) all.back().push_back(e.token);
-        if (e.last()) break;
-      }
-    }
-  }
-  unsetenv("TESSERA_GPU_SAMPLING");
-  return all;
-}
-
 TEST(CudaSampling, EngineSamplingOnTheDeviceEqualsHostLogits) {
   if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
   for (const auto& dir : testing::golden_cases()) {
     auto cuda = backend::make_cuda_backend(0, DType::kF32);
     auto model = model::load_transformer(dir, *cuda);
-    EXPECT_EQ(engine_tokens(*model, true), engine_tokens(*model, false)) << dir.filename();
+    auto executor = [&](int64_t num_blocks, int64_t block_size) {
+      return std::make_unique<engine::CpuExecutor>(*model, num_blocks, block_size);
+    };
+    const testing::EngineTokens on_device = testing::engine_tokens(executor, true);
+    const testing::EngineTokens on_host = testing::engine_tokens(executor, false);
+    EXPECT_TRUE(on_device.sampled_on_device && !on_host.sampled_on_device) << dir.filename();
+    EXPECT_EQ(on_device.tokens, on_host.tokens) << dir.filename();
   }
 }
 

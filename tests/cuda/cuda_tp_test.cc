@@ -16,6 +16,7 @@
 
 #include "../compare.h"
 #include "../test_paths.h"
+#include "engine_tokens.h"
 #include "backend/backend.h"
 #include "comm/comm_plan.h"
 #include "comm/nccl_communicator.h"
@@ -191,6 +192,30 @@ TEST(CudaTp, SameDeviceBf16StaysWithinTheGoldenBounds) {
       auto c = testing::compare(logits.data<float>() + i * logits.dim(1), want.data(), want.size());
       EXPECT_TRUE(c.within(0.3, 3e-2)) << dir.filename() << " bf16 tp 2, position " << i << ": " << c.describe();
     }
+  }
+  EXPECT_GE(tested, 1);
+}
+
+// Sampling on rank 0's device after the LM head's all-gather: an engine over
+// same-device tp 2 (f32) draws the tokens that the same engine draws from
+// host logits (TESSERA_GPU_SAMPLING=0), greedy and seeded, up to eight rows a
+// step, each put together from both ranks' vocabulary shards.
+TEST(CudaTp, EngineSamplingOnRank0sDeviceEqualsHostLogits) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  int tested = 0;
+  for (const auto& dir : golden_cases()) {
+    const model::HostModel model = model::read_host_model(dir);
+    if (!tp_splits(model.spec, 2)) continue;
+    ++tested;
+    auto executor = [&](int64_t num_blocks, int64_t block_size) -> std::unique_ptr<engine::Executor> {
+      return make_executor(model, same_device(2), DType::kF32, num_blocks, block_size,
+                           comm::AllReduceAlgorithm::kOneShot);
+    };
+    const testing::EngineTokens on_device = testing::engine_tokens(executor, true);
+    const testing::EngineTokens on_host = testing::engine_tokens(executor, false);
+    EXPECT_TRUE(on_device.sampled_on_device) << dir.filename();
+    EXPECT_FALSE(on_host.sampled_on_device) << dir.filename();
+    EXPECT_EQ(on_device.tokens, on_host.tokens) << dir.filename() << " tp 2";
   }
   EXPECT_GE(tested, 1);
 }
