@@ -200,6 +200,30 @@ int64_t run_streams(engine::Engine& engine, const BenchEngineArgs& args, int64_t
   return generated;
 }
 
+// How the header line names the streams' sampling.
+std::string sampling_name(const BenchEngineArgs& args) {
+  return args.temperature > 0.0f
+             ? fmt::format("temperature {} top_k {} top_p {}", args.temperature, args.top_k, args.top_p)
+             : std::string("greedy");
+}
+
+// A short run of the batch (plans, kernel choices, the allocator), then the
+// timed one, through an engine over `executor`; prints output tokens/s.
+void time_streams(const BenchEngineArgs& args, const engine::EngineConfig& config,
+                  std::unique_ptr<engine::Executor> executor, int64_t vocab) {
+  int64_t generated = 0;
+  double batched_s = 0;
+  {
+    engine::Engine engine(config, std::move(executor));
+    run_streams(engine, args, vocab, std::min<int64_t>(args.new_tokens, 4), 1000000);
+    const auto start = Clock::now();
+    generated = run_streams(engine, args, vocab, args.new_tokens, 0);
+    batched_s = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  fmt::print("  {} streams through the engine     {:.0f} output tokens/s ({} tokens in {:.2f} s, prefill included)\n",
+             args.batch, generated / batched_s, generated, batched_s);
+}
+
 // The streams through the engine on `tp` ranks of the model directory's
 // shards, each rank's device as serving would pick it.
 void bench_tp(const BenchEngineArgs& args) {
@@ -223,22 +247,8 @@ void bench_tp(const BenchEngineArgs& args) {
              "stream, batch {}, {}\n",
              args.model_dir, dtype_name(dtype), args.tp, executor->communicator_name(),
              executor->samples_on_device() ? "rank 0's device" : "the host", args.prompt_tokens, args.new_tokens,
-             args.batch,
-             args.temperature > 0.0f
-                 ? fmt::format("temperature {} top_k {} top_p {}", args.temperature, args.top_k, args.top_p)
-                 : std::string("greedy"));
-  const int64_t vocab = model.spec.vocab_size;
-  int64_t generated = 0;
-  double batched_s = 0;
-  {
-    engine::Engine engine(config, std::move(executor));
-    run_streams(engine, args, vocab, std::min<int64_t>(args.new_tokens, 4), 1000000);
-    const auto start = Clock::now();
-    generated = run_streams(engine, args, vocab, args.new_tokens, 0);
-    batched_s = std::chrono::duration<double>(Clock::now() - start).count();
-  }
-  fmt::print("  {} streams through the engine     {:.0f} output tokens/s ({} tokens in {:.2f} s, prefill included)\n",
-             args.batch, generated / batched_s, generated, batched_s);
+             args.batch, sampling_name(args));
+  time_streams(args, config, std::move(executor), model.spec.vocab_size);
 }
 
 void bench_model(const BenchEngineArgs& args) {
@@ -254,10 +264,7 @@ void bench_model(const BenchEngineArgs& args) {
   const int64_t session_len = args.prompt_tokens + args.new_tokens + 8;
   fmt::print("model {} ({} on {}): prompt {} tokens, {} new tokens per stream, batch {}, {}\n", name,
              dtype_name(backend->compute_dtype()), device.to_string(), args.prompt_tokens, args.new_tokens,
-             args.batch,
-             args.temperature > 0.0f
-                 ? fmt::format("temperature {} top_k {} top_p {}", args.temperature, args.top_k, args.top_p)
-                 : std::string("greedy"));
+             args.batch, sampling_name(args));
 
   if (!args.skip_single) {
     engine::GenerateOptions alone;
@@ -270,18 +277,9 @@ void bench_model(const BenchEngineArgs& args) {
     fmt::print("  one stream (engine::generate)      {:.0f} tokens/s\n", single / single_s);
   }
 
-  engine::EngineConfig config = engine_config(args.batch, session_len);
-  int64_t generated = 0;
-  double batched_s = 0;
-  {
-    engine::Engine engine(config, std::make_unique<engine::CpuExecutor>(*model, config.num_blocks, config.block_size));
-    run_streams(engine, args, vocab, std::min<int64_t>(args.new_tokens, 4), 1000000);
-    const auto start = Clock::now();
-    generated = run_streams(engine, args, vocab, args.new_tokens, 0);
-    batched_s = std::chrono::duration<double>(Clock::now() - start).count();
-  }
-  fmt::print("  {} streams through the engine     {:.0f} output tokens/s ({} tokens in {:.2f} s, prefill included)\n",
-             args.batch, generated / batched_s, generated, batched_s);
+  const engine::EngineConfig config = engine_config(args.batch, session_len);
+  time_streams(args, config, std::make_unique<engine::CpuExecutor>(*model, config.num_blocks, config.block_size),
+               vocab);
 }
 
 }  // namespace

@@ -102,6 +102,15 @@ bool tp_splits(const model::ModelSpec& spec, int tp) {
   return std::find(valid.begin(), valid.end(), tp) != valid.end();
 }
 
+// The golden models that tp 2 splits.
+std::vector<std::filesystem::path> golden_cases_of_tp2() {
+  std::vector<std::filesystem::path> cases;
+  for (const auto& dir : golden_cases()) {
+    if (tp_splits(model::read_host_model(dir).spec, 2)) cases.push_back(dir);
+  }
+  return cases;
+}
+
 void expect_close(const GreedyRun& actual, const GreedyRun& expected, const std::string& what) {
   ASSERT_EQ(actual.logits.size(), expected.logits.size()) << what;
   for (size_t i = 0; i < actual.logits.size(); ++i) {
@@ -177,11 +186,10 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CudaTpGolden);
 // the norm's summation order alone).
 TEST(CudaTp, SameDeviceBf16StaysWithinTheGoldenBounds) {
   if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
-  int tested = 0;
-  for (const auto& dir : golden_cases()) {
+  const auto cases = golden_cases_of_tp2();
+  EXPECT_GE(cases.size(), 1u);
+  for (const auto& dir : cases) {
     const model::HostModel model = model::read_host_model(dir);
-    if (!tp_splits(model.spec, 2)) continue;
-    ++tested;
     nlohmann::json expected = nlohmann::json::parse(std::ifstream(dir / "expected.json"));
     const auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
     const int64_t num_blocks = (static_cast<int64_t>(prompt.size()) + 3) / 4;
@@ -193,7 +201,6 @@ TEST(CudaTp, SameDeviceBf16StaysWithinTheGoldenBounds) {
       EXPECT_TRUE(c.within(0.3, 3e-2)) << dir.filename() << " bf16 tp 2, position " << i << ": " << c.describe();
     }
   }
-  EXPECT_GE(tested, 1);
 }
 
 // Sampling on rank 0's device after the LM head's all-gather: an engine over
@@ -202,11 +209,10 @@ TEST(CudaTp, SameDeviceBf16StaysWithinTheGoldenBounds) {
 // step, each put together from both ranks' vocabulary shards.
 TEST(CudaTp, EngineSamplingOnRank0sDeviceEqualsHostLogits) {
   if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
-  int tested = 0;
-  for (const auto& dir : golden_cases()) {
+  const auto cases = golden_cases_of_tp2();
+  EXPECT_GE(cases.size(), 1u);
+  for (const auto& dir : cases) {
     const model::HostModel model = model::read_host_model(dir);
-    if (!tp_splits(model.spec, 2)) continue;
-    ++tested;
     auto executor = [&](int64_t num_blocks, int64_t block_size) -> std::unique_ptr<engine::Executor> {
       return make_executor(model, same_device(2), DType::kF32, num_blocks, block_size,
                            comm::AllReduceAlgorithm::kOneShot);
@@ -217,7 +223,6 @@ TEST(CudaTp, EngineSamplingOnRank0sDeviceEqualsHostLogits) {
     EXPECT_FALSE(on_host.sampled_on_device) << dir.filename();
     EXPECT_EQ(on_device.tokens, on_host.tokens) << dir.filename() << " tp 2";
   }
-  EXPECT_GE(tested, 1);
 }
 
 // One GPU per rank with the communicator start-up would choose (custom where
