@@ -30,6 +30,9 @@ void Backend::rope_attention(Tensor& qkv, int64_t num_heads, const std::vector<f
 // The separate ops, each into a temporary where the fused call has none.
 void Backend::fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight,
                            const QuantizedWeight& packed, const Tensor& bias, Tensor& out) {
+  if (fusion.output != LinearFusion::Output::kAsIs) {
+    throw Error(ErrorKind::kInternal, "fused_linear: this backend stores no SiLU·mul from a product");
+  }
   Tensor input = x;
   if (fusion.input != LinearFusion::Input::kAsIs) {
     const Shape shape = {x.dim(0), fusion.input == LinearFusion::Input::kSiluMul ? x.dim(1) / 2 : x.dim(1)};

@@ -55,6 +55,11 @@ struct LinearFusion {
   const Tensor* norm_weight = nullptr;
   float eps = 0.0f;
   bool accumulate = false;
+  // What the product stores: its rows, or (kSiluMul, only where
+  // Backend::stores_silu_mul says so, never with accumulate) silu(gate) · up
+  // of its gate | up halves, out [n, out_features / 2].
+  enum class Output { kAsIs, kSiluMul };
+  Output output = Output::kAsIs;
   const Tensor* scratch = nullptr;
   // The weights the forward reads after the ops that follow this product, in
   // the order it reads them, when those ops read little memory (decode
@@ -137,6 +142,13 @@ class Backend {
   // defined, the 4-bit `packed` one. The default runs the separate ops.
   virtual void fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight,
                             const QuantizedWeight& packed, const Tensor& bias, Tensor& out);
+  // Whether fused_linear can store silu(gate) · up (LinearFusion::Output::
+  // kSiluMul) from a product with this uploaded 4-bit weight at `rows` rows.
+  virtual bool stores_silu_mul(const QuantizedWeight& packed, int64_t rows) const {
+    (void)packed;
+    (void)rows;
+    return false;
+  }
   // out = silu(gate) * up                   gate_up [n, 2 * inter] as gate | up, out [n, inter]
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
   // x += y                                  same shapes

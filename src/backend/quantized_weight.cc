@@ -16,6 +16,10 @@ void check_quantized_weight(const QuantizedWeight& w, const std::string& what) {
                             "group size, and the group size a multiple of 32",
                             what, out, in, g));
   }
+  if (w.gate_up_halves && out % 2 != 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: gate | up halves need an even number of rows, found {}", what, out));
+  }
   auto expect = [&](const Tensor& t, const char* part, DType dtype, Shape shape) {
     if (!t.defined() || t.dtype() != dtype || t.shape() != shape) {
       throw Error(ErrorKind::kInvalidArgument,

@@ -31,9 +31,14 @@ struct QuantizedWeight {
   int64_t out_features = 0;
   int64_t in_features = 0;
   int64_t group_size = 0;
-  // A backend's own layout in place of the canonical one (the CUDA backend's
-  // tensor-core tiles, backend/cuda/w4a16.h); only that backend reads it.
-  bool backend_layout = false;
+  // The rows are two halves, gate | up, each out / 2 rows (an MLP's gate_up,
+  // which SiLU·mul reads): a backend may keep each gate row beside its up row
+  // and store silu(gate) · up from the product (Backend::stores_silu_mul).
+  bool gate_up_halves = false;
+  // A backend's own layout in place of the canonical one, 0 for none (the
+  // CUDA backend's tensor-core tiles, backend/cuda/w4a16.h: which kind of
+  // tiles); only that backend reads it.
+  int backend_layout = 0;
 
   bool defined() const { return qweight.defined(); }
   // Bytes a forward reads: the packed weights, scales and zeros.

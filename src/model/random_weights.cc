@@ -123,6 +123,7 @@ std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec_in, b
     qkv_w4 = random_quantized_weight(spec.qkv_size(), h, awq_group_size, scale, rng());
     o_w4 = random_quantized_weight(h, spec.q_size(), awq_group_size, scale, rng());
     gate_up_w4 = random_quantized_weight(2 * spec.intermediate_size, h, awq_group_size, scale, rng());
+    gate_up_w4.gate_up_halves = true;
     down_w4 = random_quantized_weight(h, spec.intermediate_size, awq_group_size, down_scale, rng());
     if (!backend.supports_quantized_linear()) {
       qkv = backend::dequantize_weight(qkv_w4).to_dtype(dtype);

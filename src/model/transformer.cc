@@ -285,9 +285,19 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
     trace("attention", layer, attn_out);
     project_into_residual(attn_out, {}, w.o, w.o_w4, residual, partial, pending);  // residual += attention
     if (shard_.world_size == 1) trace("attention_residual", layer, residual);
-    project(residual, normed_by(w.ffn_norm), w.gate_up, w.gate_up_w4, Tensor(), gate_up, &pending);
-    trace("gate_up", layer, gate_up);
-    project_into_residual(gate_up, silu_mul, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
+    if (!trace_ && w.gate_up_w4.defined() && backend_.stores_silu_mul(w.gate_up_w4, n)) {
+      // SiLU·mul in the gate_up product's store (4-bit): it writes the down
+      // projection's input, [n, inter] in the first half of gate_up's memory.
+      backend::LinearFusion gated = normed_by(w.ffn_norm);
+      gated.output = backend::LinearFusion::Output::kSiluMul;
+      Tensor activated = gate_up.reshape({2 * n, shard_.intermediate_size}).slice_rows(0, n);
+      project(residual, gated, w.gate_up, w.gate_up_w4, Tensor(), activated, &pending);
+      project_into_residual(activated, {}, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
+    } else {
+      project(residual, normed_by(w.ffn_norm), w.gate_up, w.gate_up_w4, Tensor(), gate_up, &pending);
+      trace("gate_up", layer, gate_up);
+      project_into_residual(gate_up, silu_mul, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
+    }
     if (shard_.world_size == 1) trace("residual", layer, residual);  // on several ranks the add is still pending
   }
   if (pending.defined()) backend_.add(residual, pending);

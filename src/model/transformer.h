@@ -46,6 +46,7 @@ class Transformer {
 
   const ModelSpec& spec() const { return spec_; }  // the whole model's
   const TpShard& shard() const { return shard_; }
+  const ModelWeights& weights() const { return weights_; }  // as uploaded to the backend
   backend::Backend& backend() { return backend_; }
 
   // Replaces the communicator (after a failed group was built again).

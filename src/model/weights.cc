@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -293,6 +294,7 @@ ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, con
       q.out_features = q.qweight.dim(0);
       q.in_features = q.qweight.dim(1) * 8;
       q.group_size = q.in_features / q.scales.dim(1);
+      q.gate_up_halves = std::string_view(part) == "gate_up";  // each rank's gate units, then its up units
       backend::check_quantized_weight(q, name);
       if (backend.supports_quantized_linear()) {
         packed = backend.upload_quantized_weight(q);

@@ -119,6 +119,62 @@ class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {
     else f(__nv_bfloat16{});
   }
 
+  // The tensor-core kernels the backend may time for m rows of k inputs:
+  // the register and stage pipelines by row warps (1, 2, 4, 8), the
+  // group-sum kernels where they apply, then the wide-row kernels (1 and 2
+  // row warps of two row tiles).
+  struct Variant {
+    cuda::W4Pipeline pipeline;
+    int row_warps;   // or the index of kW4GroupSumsKernels
+    std::string name;
+  };
+  static std::vector<Variant> tensor_core_variants(int64_t m, int64_t k, int64_t group) {
+    std::vector<Variant> variants;
+    for (auto [pipeline, name] : {std::pair{cuda::W4Pipeline::kRegisterBatches, "register batches"},
+                                  std::pair{cuda::W4Pipeline::kRegisterDouble, "double register batches"},
+                                  std::pair{cuda::W4Pipeline::kSharedStages, "shared-memory stages"}}) {
+      for (int row_warps : {1, 2, 4, 8}) {
+        variants.push_back({pipeline, row_warps, std::string(name) + ", row warps " + std::to_string(row_warps)});
+      }
+    }
+    if (cuda::w4_group_sums_supported(m, k, group)) {
+      for (int i = 0; i < static_cast<int>(std::size(cuda::kW4GroupSumsKernels)); ++i) {
+        variants.push_back({cuda::W4Pipeline::kGroupSums, i, "group sums #" + std::to_string(i)});
+      }
+    }
+    for (int row_warps : {1, 2}) {
+      variants.push_back({cuda::W4Pipeline::kWideRows, row_warps,
+                          "two row tiles a warp, row warps " + std::to_string(row_warps)});
+    }
+    return variants;
+  }
+
+  // out = x · W (+ bias) by one variant on an upload's tiles, stored as
+  // `store` says; waits for it.
+  void launch(const Variant& v, const Tensor& gx, const QuantizedWeight& device, const Tensor& gbias, int64_t m,
+              Tensor& out, cuda::W4Store store) {
+    const int64_t n = device.out_features, k = device.in_features, group = device.group_size;
+    cuda_->synchronize();  // uploads and the allocation are ordered on the backend's stream
+    dispatch_16bit([&](auto tag) {
+      using T = decltype(tag);
+      const auto* x = static_cast<const T*>(gx.raw_data());
+      const auto* tiles = static_cast<const uint32_t*>(device.qweight.raw_data());
+      const auto* scale_zero = static_cast<const uint32_t*>(device.scales.raw_data());
+      const auto* bias = gbias.defined() ? static_cast<const T*>(gbias.raw_data()) : nullptr;
+      auto* y = static_cast<T*>(out.raw_data());
+      if (v.pipeline == cuda::W4Pipeline::kGroupSums) {
+        cuda::launch_w4a16_group_sums<T>(x, tiles, scale_zero, bias, m, n, k, group, v.row_warps, y, nullptr, false,
+                                         store);
+      } else if (v.pipeline == cuda::W4Pipeline::kWideRows) {
+        cuda::launch_w4a16_wide<T>(x, tiles, scale_zero, bias, m, n, k, group, v.row_warps, y, nullptr, false, store);
+      } else {
+        cuda::launch_w4a16_mma<T>(x, tiles, scale_zero, bias, m, n, k, group, v.row_warps, v.pipeline, y, nullptr,
+                                  false, store);
+      }
+    });
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, which waits for the backend's
+  }
+
   DType dtype_ = DType::kF32;
   std::unique_ptr<Backend> cuda_, cpu_;
 };
@@ -189,48 +245,87 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
       Tensor expected = Tensor::empty({m, s.n}, DType::kF32);
       cpu_->linear(x, dequantize_weight(w), bias, expected);
       Tensor gx = cuda_->upload_weight(x), gbias = cuda_->upload_weight(bias);
-      constexpr cuda::W4Pipeline kPipelines[] = {cuda::W4Pipeline::kRegisterBatches,
-                                                 cuda::W4Pipeline::kRegisterDouble, cuda::W4Pipeline::kSharedStages};
-      constexpr int kGroupSums = static_cast<int>(std::size(cuda::kW4GroupSumsKernels));
       // Within the group-sum kernels' shared memory and group sizes.
       const bool group_sums = m <= 8 && m * s.k <= 16384 && s.group <= 128;
       ASSERT_EQ(cuda::w4_group_sums_supported(m, s.k, s.group), group_sums) << "m " << m << " k " << s.k;
-      // Then the wide-row kernels, 1 or 2 row warps of two row tiles.
       ASSERT_TRUE(cuda::w4_wide_supported(m, 1) && cuda::w4_wide_supported(m, 2)) << "m " << m;
-      const int first_wide = 12 + (group_sums ? kGroupSums : 0);
-      for (int variant = 0; variant < first_wide + 2; ++variant) {
-        const bool is_wide = variant >= first_wide;
-        const int row_warps = is_wide ? 1 + variant - first_wide : 1 << (variant % 4);
-        const auto pipeline = variant < 12 ? kPipelines[variant / 4]
-                              : is_wide    ? cuda::W4Pipeline::kWideRows
-                                           : cuda::W4Pipeline::kGroupSums;
+      for (const Variant& v : tensor_core_variants(m, s.k, s.group)) {
         Tensor out = Tensor::empty({m, s.n}, dtype_, cuda_->allocator());
-        cuda_->synchronize();  // uploads and the allocation are ordered on the backend's stream
-        dispatch_16bit([&](auto tag) {
-          using T = decltype(tag);
-          const auto* gx_ptr = static_cast<const T*>(gx.raw_data());
-          const auto* tiles = static_cast<const uint32_t*>(device.qweight.raw_data());
-          const auto* scale_zero = static_cast<const uint32_t*>(device.scales.raw_data());
-          const auto* bias_ptr = static_cast<const T*>(gbias.raw_data());
-          if (pipeline == cuda::W4Pipeline::kGroupSums) {
-            cuda::launch_w4a16_group_sums<T>(gx_ptr, tiles, scale_zero, bias_ptr, m, s.n, s.k, s.group, variant - 12,
-                                             static_cast<T*>(out.raw_data()), nullptr, false);
-          } else if (is_wide) {
-            cuda::launch_w4a16_wide<T>(gx_ptr, tiles, scale_zero, bias_ptr, m, s.n, s.k, s.group, row_warps,
-                                       static_cast<T*>(out.raw_data()), nullptr, false);
-          } else {
-            cuda::launch_w4a16_mma<T>(gx_ptr, tiles, scale_zero, bias_ptr, m, s.n, s.k, s.group, row_warps, pipeline,
-                                      static_cast<T*>(out.raw_data()), nullptr);
-          }
-        });
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, which waits for the backend's
+        launch(v, gx, device, gbias, m, out, cuda::W4Store::kRows);
         Tensor got = cuda_->to_host_f32(out);
         auto c = testing::compare(got.data<float>(), expected.data<float>(), static_cast<size_t>(expected.numel()));
         const Bounds b = bounds_for(dtype_);
         EXPECT_TRUE(c.within(b.max_abs, b.rel_norm)) << "m " << m << " n " << s.n << " k " << s.k << " group "
-                                                     << s.group << " row warps " << row_warps
-                                                     << (is_wide ? " (two row tiles a warp)" : "") << " variant "
-                                                     << variant << ": " << c.describe();
+                                                     << s.group << ", " << v.name << ": " << c.describe();
+      }
+    }
+  }
+}
+
+// A weight of gate | up halves uploads as paired tiles (each tile's rows 0-7
+// gate rows, 8-15 the matching up rows). Every tensor-core variant stores
+// its rows back in gate | up order (against the CPU), and its SiLU·mul store
+// gives the bits of that stored product followed by the backend's SiLU·mul
+// op; the tiles dequantize to the canonical rows.
+TEST_P(AwqCudaVsCpu, PairedGateUpTilesStoreTheRowsOrSiluMulOfThem) {
+  if (dtype_ == DType::kF32) GTEST_SKIP() << "f32 activations keep the canonical layout";
+  if (cuda_device_info(0).effective_capability() < 80) GTEST_SKIP() << "no mma.sync kernel image below 8.0";
+  struct Case {
+    int64_t n, k, group;
+  };
+  uint32_t seed = 500;
+  for (const Case& s : {Case{32, 64, 64}, Case{1008, 384, 128}, Case{256, 1024, 64}, Case{3584, 4096, 128}}) {
+    QuantizedWeight w = random_weight(s.n, s.k, s.group, seed++);
+    w.gate_up_halves = true;
+    const QuantizedWeight device = cuda_->upload_quantized_weight(w);
+    ASSERT_TRUE(cuda_->stores_silu_mul(device, 64)) << "n " << s.n << ": gate | up halves upload as paired tiles";
+    EXPECT_FALSE(cuda_->stores_silu_mul(device, 65)) << "more rows than the tensor-core kernels take";
+    QuantizedWeight plain = w;
+    plain.gate_up_halves = false;
+    EXPECT_FALSE(cuda_->stores_silu_mul(cuda_->upload_quantized_weight(plain), 1));
+
+    Tensor dense = Tensor::empty({s.n, s.k}, dtype_, cuda_->allocator());
+    cuda_->synchronize();
+    dispatch_16bit([&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_w4_dequantize_tiles<T>(static_cast<const uint32_t*>(device.qweight.raw_data()),
+                                          static_cast<const uint32_t*>(device.scales.raw_data()), s.n, s.k, s.group,
+                                          static_cast<T*>(dense.raw_data()), nullptr, true);
+    });
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Tensor got_dense = cuda_->to_host_f32(dense), want_dense = dequantize_weight(w).to_dtype(dtype_).to_f32();
+    int64_t wrong_weights = 0;
+    for (int64_t i = 0; i < want_dense.numel(); ++i) {
+      wrong_weights += got_dense.data<float>()[i] != want_dense.data<float>()[i];
+    }
+    EXPECT_EQ(wrong_weights, 0) << "n " << s.n << ": paired tiles dequantize to other weights";
+
+    for (int64_t m : {1, 3, 8, 9, 16, 29, 64}) {
+      Tensor x = random({m, s.k}, seed), bias = random({s.n}, seed + 1);
+      ++seed;
+      Tensor expected = Tensor::empty({m, s.n}, DType::kF32);
+      cpu_->linear(x, dequantize_weight(w), bias, expected);
+      Tensor gx = cuda_->upload_weight(x), gbias = cuda_->upload_weight(bias);
+      for (const Variant& v : tensor_core_variants(m, s.k, s.group)) {
+        Tensor rows = Tensor::empty({m, s.n}, dtype_, cuda_->allocator());
+        launch(v, gx, device, gbias, m, rows, cuda::W4Store::kPairedRows);
+        Tensor got = cuda_->to_host_f32(rows);
+        auto c = testing::compare(got.data<float>(), expected.data<float>(), static_cast<size_t>(expected.numel()));
+        const Bounds b = bounds_for(dtype_);
+        EXPECT_TRUE(c.within(b.max_abs, b.rel_norm))
+            << "paired rows, m " << m << " n " << s.n << " k " << s.k << ", " << v.name << ": " << c.describe();
+
+        Tensor stored = Tensor::empty({m, s.n / 2}, dtype_, cuda_->allocator());
+        Tensor by_op = Tensor::empty({m, s.n / 2}, dtype_, cuda_->allocator());
+        launch(v, gx, device, gbias, m, stored, cuda::W4Store::kSiluMul);
+        cuda_->silu_mul(rows, by_op);
+        Tensor got_stored = cuda_->to_host_f32(stored), want_stored = cuda_->to_host_f32(by_op);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < want_stored.numel(); ++i) {
+          differ += got_stored.data<float>()[i] != want_stored.data<float>()[i];
+        }
+        EXPECT_EQ(differ, 0) << "SiLU·mul store, m " << m << " n " << s.n << " k " << s.k << ", " << v.name
+                             << ": values differ from the product stored, then the op";
       }
     }
   }
@@ -340,6 +435,45 @@ TEST(AwqCudaModel, AutoAwqExportOfAGoldenModelMatchesTheCpu) {
   engine::GenerateOptions options;
   options.max_new_tokens = 16;
   EXPECT_EQ(engine::generate(*gpu_model, prompt, options).tokens, engine::generate(*cpu_model, prompt, options).tokens);
+  std::filesystem::remove_all(dir);
+}
+
+// The same export in bf16 on the tensor-core tiles: with gate_up's paired
+// tiles every layer's SiLU·mul is formed in the gate_up product's store (20
+// prompt rows and each decode row are within the kernels' 64), against the
+// same GPU with plain tiles and SiLU·mul as its own op (TESSERA_W4_PAIRS=0).
+// Each side times its own kernels, whose sums may add in another order, so
+// the bound is bf16's, far below what a swapped gate and up would give.
+TEST(AwqCudaModel, SiluMulInTheGateUpStoreEqualsTheSeparateOp) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  if (cuda_device_info(0).effective_capability() < 80) GTEST_SKIP() << "no mma.sync kernel image below 8.0";
+  const auto golden = testing::fixtures_dir() / "golden" / "internlm2_gqa2";
+  const auto dir = std::filesystem::temp_directory_path() / "tessera-awq-cuda-paired";
+  model::write_awq_model(golden, dir, 64);
+  nlohmann::json expected = nlohmann::json::parse(std::ifstream(golden / "expected.json"));
+  auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
+  while (prompt.size() < 20) prompt.push_back(prompt[prompt.size() % 7]);
+  auto logits_of = [&](bool pairs) {
+    if (!pairs) setenv("TESSERA_W4_PAIRS", "0", 1);
+    auto gpu = make_cuda_backend(0, DType::kBF16);
+    unsetenv("TESSERA_W4_PAIRS");
+    auto model = model::load_transformer(dir, *gpu);
+    EXPECT_EQ(gpu->stores_silu_mul(model->weights().layers[0].gate_up_w4, 1), pairs);
+    backend::PagedKvCache cache = model->allocate_cache(2, 16);
+    model::ForwardBatch batch;
+    batch.token_ids = prompt;
+    batch.attention.query_start = {0, static_cast<int32_t>(prompt.size())};
+    batch.attention.block_tables = {0, 1};
+    batch.attention.max_blocks_per_seq = 2;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      batch.attention.positions.push_back(static_cast<int32_t>(i));
+      batch.logit_rows.push_back(static_cast<int32_t>(i));
+    }
+    return model->forward(batch, cache);
+  };
+  Tensor separate = logits_of(false), in_store = logits_of(true);
+  auto c = testing::compare(in_store.data<float>(), separate.data<float>(), static_cast<size_t>(separate.numel()));
+  EXPECT_TRUE(c.within(5e-2, 1e-2)) << "prefill logits: " << c.describe();
   std::filesystem::remove_all(dir);
 }
 

@@ -364,15 +364,20 @@ class CudaBackend final : public Backend {
     if (!fuse_inputs_ && fusion.input != LinearFusion::Input::kAsIs) {
       LinearFusion store_only;
       store_only.accumulate = fusion.accumulate;
+      store_only.output = fusion.output;
       store_only.scratch = fusion.scratch;
       return fused_linear(formed_input(x, fusion), store_only, weight, packed, bias, out);
+    }
+    const bool silu_mul_out = fusion.output == LinearFusion::Output::kSiluMul;
+    if (silu_mul_out && !(packed.defined() && stores_silu_mul(packed, x.dim(0)))) {
+      throw Error(ErrorKind::kInternal, "cuda fused_linear: no SiLU·mul store for this product");
     }
     // The 4-bit kernels take the input as it is: forming it inside the
     // tensor-core kernels (in each row tile of the register kernels, or as
     // the group-sum kernels stage x in every block) measured slower than
     // the separate op (BENCHMARKS.md).
     if (packed.defined()) {
-      quantized_product(formed_input(x, fusion), packed, bias, out, fusion.accumulate);
+      quantized_product(formed_input(x, fusion), packed, bias, out, fusion.accumulate, silu_mul_out);
       // Only decode-sized steps: a prefill's attention is no pause for the memory system.
       if (x.dim(0) <= cuda::kGemvMaxRows) prefetch_after_product(fusion);
       return;
@@ -505,13 +510,19 @@ class CudaBackend final : public Backend {
   bool supports_quantized_linear() const override { return true; }
 
   QuantizedWeight upload_quantized_weight(const QuantizedWeight& host) override { return w4_->upload(host); }
+  // Paired tiles of gate | up up to the tensor-core kernels' rows: SiLU·mul
+  // in the product's store, one kernel fewer a decode layer.
+  bool stores_silu_mul(const QuantizedWeight& packed, int64_t rows) const override {
+    return w4_->stores_silu_mul(packed, rows);
+  }
 
   void linear_quantized(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out) override {
     quantized_product(x, w, bias, out, false);
   }
 
-  void quantized_product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate) {
-    w4_->product(x, w, bias, out, accumulate, staging_, capturing_);
+  void quantized_product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate,
+                         bool silu_mul_out = false) {
+    w4_->product(x, w, bias, out, accumulate, staging_, capturing_, silu_mul_out);
   }
 
   bool supports_graphs() const override { return true; }

@@ -46,6 +46,10 @@ __device__ __forceinline__ void to_floats(const uint4& v, float* f, __nv_bfloat1
   }
 }
 
+// silu(gate) · up as the SiLU·mul op computes it (elementwise.cu), so a
+// kernel that forms it elsewhere (a 4-bit product's store) gives its bits.
+__device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + __expf(-gate)) * up; }
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;

@@ -36,7 +36,7 @@ __global__ void silu_mul_kernel(const T* gate_up, int64_t n, int64_t inter, T* o
     const int64_t row = i / inter, col = i % inter;
     const float gate = to_float(gate_up[row * 2 * inter + col]);
     const float up = to_float(gate_up[row * 2 * inter + inter + col]);
-    out[i] = from_float<T>(gate / (1.0f + __expf(-gate)) * up);
+    out[i] = from_float<T>(silu_times(gate, up));
   }
 }
 
@@ -60,7 +60,7 @@ __global__ void silu_mul_vec_kernel(const uint4* gate_up, int64_t n, int64_t row
       T values[kVec];
     } result;
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) result.values[e] = from_float<T>(gate[e] / (1.0f + __expf(-gate[e])) * up[e]);
+    for (int e = 0; e < kVec; ++e) result.values[e] = from_float<T>(silu_times(gate[e], up[e]));
     out[i] = result.vector;
   }
 }

@@ -31,6 +31,7 @@ W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType 
   if (const char* stages = std::getenv("TESSERA_W4_STAGES")) stages_mode_ = std::string(stages) == "0" ? 0 : 1;
   if (const char* sums = std::getenv("TESSERA_W4_GROUP_SUMS")) group_sums_mode_ = std::string(sums) == "0" ? 0 : 1;
   if (const char* wide = std::getenv("TESSERA_W4_WIDE")) wide_mode_ = std::string(wide) == "0" ? 0 : 1;
+  if (const char* pairs = std::getenv("TESSERA_W4_PAIRS")) pairs_mode_ = std::string(pairs) == "0" ? 0 : 1;
 }
 
 template <typename Run, typename Applies>
@@ -52,8 +53,9 @@ size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool 
     timings += fmt::format(" {:.1f}", s * 1e6);
     if (s < best_s) best = i, best_s = s;
   }
-  log_debug("linear_quantized m={} n={} k={}{}: µs (dequantize + cublaslt, kernels){}: #{}", std::get<0>(key),
-            std::get<1>(key), std::get<2>(key), std::get<4>(key) ? " tiled" : "", timings, best);
+  log_debug("linear_quantized m={} n={} k={}{}{}: µs (dequantize + cublaslt, kernels){}: #{}", std::get<0>(key),
+            std::get<1>(key), std::get<2>(key), std::get<4>(key) ? " tiled" : "",
+            std::get<5>(key) == static_cast<int>(W4Store::kSiluMul) ? " silu_mul" : "", timings, best);
   return choices_[key] = best;
 }
 
@@ -70,30 +72,38 @@ QuantizedWeight W4Linear::upload(const QuantizedWeight& host) {
   device.zeros = copy_up(host.zeros);
   if (uses_tiles(host)) {
     const int64_t n = host.out_features, k = host.in_features, g = host.group_size;
+    const bool paired = host.gate_up_halves && w4_pairs_supported(n) && pairs_mode_ != 0;
     Tensor tiles = Tensor::empty({w4_tile_words(n, k)}, DType::kI32, allocator_);
     Tensor scale_zero = Tensor::empty({w4_scale_zero_words(n, k, g)}, DType::kI32, allocator_);
     launch_w4_tile(static_cast<const uint32_t*>(device.qweight.raw_data()),
                    static_cast<const __half*>(device.scales.raw_data()),
                    static_cast<const uint8_t*>(device.zeros.raw_data()), n, k, g,
-                   static_cast<uint32_t*>(tiles.raw_data()), static_cast<uint32_t*>(scale_zero.raw_data()), stream_);
+                   static_cast<uint32_t*>(tiles.raw_data()), static_cast<uint32_t*>(scale_zero.raw_data()), stream_,
+                   paired);
     device.qweight = std::move(tiles);
     device.scales = std::move(scale_zero);
     device.zeros = Tensor();
-    device.backend_layout = true;
+    device.backend_layout = paired ? kPairedTiles : kTiles;
   }
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host parts may be freed on return
   return device;
 }
 
-// out (=|+=) x · dequantize(w)ᵀ (+ bias).
+// out (=|+=) x · dequantize(w)ᵀ (+ bias), or silu(gate) · up of it.
 void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate,
-                       bool staging, bool capturing) {
+                       bool staging, bool capturing, bool silu_mul) {
   const int64_t m = x.dim(0), n = w.out_features, k = w.in_features;
-  if (x.dim(1) != k || out.dim(0) != m || out.dim(1) != n || out.dtype() != x.dtype() ||
+  if (x.dim(1) != k || out.dim(0) != m || out.dim(1) != (silu_mul ? n / 2 : n) || out.dtype() != x.dtype() ||
       reinterpret_cast<uintptr_t>(x.raw_data()) % 16 != 0) {
-    throw Error(ErrorKind::kInternal, fmt::format("cuda linear_quantized: {} · [{}, {}]ᵀ (4-bit) does not fit {}",
-                                                  x.describe(), n, k, out.describe()));
+    throw Error(ErrorKind::kInternal, fmt::format("cuda linear_quantized: {} · [{}, {}]ᵀ (4-bit{}) does not fit {}",
+                                                  x.describe(), n, k, silu_mul ? ", SiLU·mul" : "", out.describe()));
   }
+  if (silu_mul && (!stores_silu_mul(w, m) || accumulate)) {
+    throw Error(ErrorKind::kInternal, fmt::format("cuda linear_quantized: no SiLU·mul store for this weight at {} "
+                                                  "rows{}", m, accumulate ? " (or into a sum)" : ""));
+  }
+  const bool paired = w.backend_layout == kPairedTiles;
+  const W4Store store = silu_mul ? W4Store::kSiluMul : paired ? W4Store::kPairedRows : W4Store::kRows;
   if (staging) return;
   const auto* qweight = static_cast<const uint32_t*>(w.qweight.raw_data());
   dispatch(x.dtype(), [&](auto tag) {
@@ -130,26 +140,27 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
         auto run = [&](size_t candidate, T* target, bool add) {
           if (candidate == 0) {
             return dequantize_gemm([&](T* dense) {
-              launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_);
+              launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_, paired);
             }, target, add);
           }
           const Kernel& kernel = kKernels[candidate - 1];
           if (kernel.pipeline == W4Pipeline::kGroupSums) {
             return launch_w4a16_group_sums<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
-                                              kernel.group_sums, target, stream_, add);
+                                              kernel.group_sums, target, stream_, add, store);
           }
           if (kernel.pipeline == W4Pipeline::kWideRows) {
             return launch_w4a16_wide<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
-                                        kernel.row_warps, target, stream_, add);
+                                        kernel.row_warps, target, stream_, add, store);
           }
           launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, kernel.row_warps,
-                              kernel.pipeline, target, stream_, add);
+                              kernel.pipeline, target, stream_, add, store);
         };
         const size_t candidates = m > kW4MmaMaxRows   ? 1
                                   : stages_mode_ == 0 ? 1 + kKernelsWithoutStages
                                                       : 1 + std::size(kKernels);
         auto applies = [&](size_t candidate) {
-          if (candidate <= 1) return true;
+          if (candidate == 0) return !silu_mul;  // a dense product would need a buffer of its own
+          if (candidate == 1) return true;
           const Kernel& kernel = kKernels[candidate - 1];
           if (kernel.pipeline == W4Pipeline::kGroupSums) {
             return group_sums_mode_ != 0 && w4_group_sums_supported(m, k, w.group_size);
@@ -159,8 +170,9 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
           }
           return true;
         };
-        run(choice({m, n, k, x.dtype(), true}, candidates, false, capturing, timed(run), applies), ptr<T>(out),
-            accumulate);
+        run(choice({m, n, k, x.dtype(), true, static_cast<int>(store)}, candidates, false, capturing, timed(run),
+                   applies),
+            ptr<T>(out), accumulate);
       }
     } else {
       // Candidate 0: dequantize + cuBLASLt; 1: the scalar GEMV.
@@ -175,7 +187,8 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
         launch_w4a16_gemv<T>(ptr<T>(x), qweight, scales, zeros, bias_ptr, m, n, k, w.group_size, target, stream_,
                              add);
       };
-      run(choice({m, n, k, x.dtype(), false}, m <= kW4GemvMaxRows ? 2 : 1, m == 1, capturing, timed(run),
+      run(choice({m, n, k, x.dtype(), false, static_cast<int>(W4Store::kRows)}, m <= kW4GemvMaxRows ? 2 : 1, m == 1,
+                 capturing, timed(run),
                  [](size_t) { return true; }),
           ptr<T>(out), accumulate);
     }

@@ -27,15 +27,23 @@ class W4Linear {
 
   // kernel_capability: what the loaded kernel image runs as (tiles need 8.0).
   // Reads TESSERA_W4_GEMV, TESSERA_W4_TILES, TESSERA_W4_STAGES,
-  // TESSERA_W4_GROUP_SUMS and TESSERA_W4_WIDE.
+  // TESSERA_W4_GROUP_SUMS, TESSERA_W4_WIDE and TESSERA_W4_PAIRS.
   W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
            TimePerCall time_per_call);
 
   // Where the kernel image runs mma.sync on 16-bit activations (8.0 or
   // newer) and the shape allows, the weight is repacked on the device into the
   // tensor-core kernel's tiles (w4a16.h); otherwise the canonical layout, a
-  // plain copy, is what the scalar GEMV reads.
+  // plain copy, is what the scalar GEMV reads. A weight of gate | up halves
+  // gets paired tiles (w4a16.h) where its rows allow, so that a product can
+  // store silu(gate) · up; TESSERA_W4_PAIRS=0 keeps the plain tiles.
   QuantizedWeight upload(const QuantizedWeight& host);
+
+  // Whether product(..., silu_mul = true) runs for this uploaded weight at
+  // `rows` rows: paired tiles, a tensor-core kernel's rows.
+  bool stores_silu_mul(const QuantizedWeight& w, int64_t rows) const {
+    return w.backend_layout == kPairedTiles && rows <= kW4MmaMaxRows && gemv_mode_ != 0;
+  }
 
   // The 4-bit paths, each shape's first call timing the candidates on the real
   // operands and keeping the fastest: on tiled weights the tensor-core kernel's
@@ -44,12 +52,17 @@ class W4Linear {
   // one row takes it untimed) against the same. More rows: dequantize into a
   // scratch weight in the activation dtype and use cuBLASLt.
   // staging: uploads only, no kernels; capturing: the stream records a graph
-  // (no timing there: a shape recorded has run before).
+  // (no timing there: a shape recorded has run before). silu_mul (where
+  // stores_silu_mul): out [m, n / 2] = silu(gate) · up of the product, with
+  // the bits of the product stored and then the SiLU·mul op.
   void product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate,
-               bool staging, bool capturing);
+               bool staging, bool capturing, bool silu_mul = false);
 
  private:
-  using Key = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // rows, out, in, activation dtype, tiled
+  // QuantizedWeight::backend_layout of the uploads.
+  static constexpr int kTiles = 1, kPairedTiles = 2;
+  // rows, out, in, activation dtype, tiled, how the rows are stored (W4Store)
+  using Key = std::tuple<int64_t, int64_t, int64_t, DType, bool, int>;
 
   // The tensor-core 4-bit kernels a shape's first call times: the
   // pipelines of launch_w4a16_mma by row warps, the group-sum kernels
@@ -86,7 +99,7 @@ class W4Linear {
   // before) and remembers the fastest; untimed_kernel takes candidate 1 as it
   // is. TESSERA_W4_GEMV=1 times only the kernels that read the packed weights
   // (tests: a kernel wherever one applies), 0 takes dequantize + cuBLASLt.
-  // `applies(i)`: candidate i runs this shape (candidates 0 and 1 always do).
+  // `applies(i)`: candidate i runs this shape (candidate 1 always does).
   template <typename Run, typename Applies>
   size_t choice(const Key& key, size_t count, bool untimed_kernel, bool capturing, const Run& run,
                 const Applies& applies);
@@ -103,6 +116,7 @@ class W4Linear {
   int stages_mode_ = -1;  // TESSERA_W4_STAGES=0: no shared-memory-stage candidates (to compare against)
   int group_sums_mode_ = -1;  // TESSERA_W4_GROUP_SUMS=0: no group-sum candidates (to compare against)
   int wide_mode_ = -1;        // TESSERA_W4_WIDE=0: no wide-row candidates (to compare against)
+  int pairs_mode_ = -1;       // TESSERA_W4_PAIRS=0: plain tiles for gate | up too (to compare against)
   std::map<Key, size_t> choices_;  // per 4-bit shape: the candidate choice() picked
 };
 

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_types.cuh"
+#include "backend/cuda/w4a16.h"
 
 namespace tessera::backend::cuda::w4 {
 
@@ -141,16 +142,41 @@ __device__ __forceinline__ void chunk_product(float (&acc)[NT][4], uint4 word, u
   chunk_product<T, NT, 1>(reinterpret_cast<float(&)[1][NT][4]>(acc), w, g, g8, x, m, k, c, lane);
 }
 
+// Stores a block's sum v of tile row `row` for `token` as `store` says
+// (w4a16.h, W4Store). For kSiluMul `row` is a gate row (rows 0-7 of its
+// tile) and v8 the sum of row + 8, its up row; each is rounded to T as a
+// stored product would be, then silu_times forms what the SiLU·mul op would.
+template <typename T>
+__device__ __forceinline__ void store_sum(W4Store store, float v, float v8, const T* __restrict__ bias, int n,
+                                          int row, int token, T* __restrict__ out, bool accumulate) {
+  if (store == W4Store::kSiluMul) {
+    const int64_t gate_row = paired_row(row, n), up_row = gate_row + n / 2;
+    if (bias != nullptr) {
+      v += to_float(bias[gate_row]);
+      v8 += to_float(bias[up_row]);
+    }
+    const float gate = to_float(from_float<T>(v)), up = to_float(from_float<T>(v8));
+    out[int64_t(token) * (n / 2) + gate_row] = from_float<T>(silu_times(gate, up));
+    return;
+  }
+  const int64_t o = store == W4Store::kPairedRows ? paired_row(row, n) : row;
+  if (bias != nullptr) v += to_float(bias[o]);
+  if (accumulate) v += to_float(out[int64_t(token) * n + o]);
+  out[int64_t(token) * n + o] = from_float<T>(v);
+}
+
 // The K slices of a block (warp = rw + RW kw) meet in shared memory, lane
 // fastest, so no bank conflicts; then the block's rows are stored. A warp
 // holds RT neighbouring row tiles (block row warp w: tiles (RW blockIdx + w)
 // RT + r); they meet one r at a time, so `partial` stays kWarps x NT x 512
 // bytes. Accumulator e of acc[r][i]: row g (+8 for e >= 2) of tile r, token
-// 8i + 2t + e % 2.
+// 8i + 2t + e % 2. With kSiluMul the thread of accumulator e < 2 stores for
+// both rows.
 template <typename T, int NT, int RW, int RT>
 __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][RW][NT * 4][32],
                                                  const float (&acc)[RT][NT][4], const T* __restrict__ bias, int m,
-                                                 int n, int row_tiles, T* __restrict__ out, bool accumulate) {
+                                                 int n, int row_tiles, T* __restrict__ out, bool accumulate,
+                                                 W4Store store) {
   constexpr int KW = kWarps / RW;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rw = warp % RW, kw = warp / RW;
@@ -168,12 +194,14 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][R
       const int out_tile = (int(blockIdx.x) * RW + w) * RT + r;
       const int out_row = out_tile * 16 + l / 4 + (e >= 2 ? 8 : 0), token = i * 8 + 2 * (l % 4) + e % 2;
       if (out_tile >= row_tiles || out_row >= n || token >= m) continue;
-      float v = 0.0f;
+      if (store == W4Store::kSiluMul && e >= 2) continue;
+      float v = 0.0f, v8 = 0.0f;
 #pragma unroll
-      for (int s = 0; s < KW; ++s) v += partial[s][w][i * 4 + e][l];
-      if (bias != nullptr) v += to_float(bias[out_row]);
-      if (accumulate) v += to_float(out[int64_t(token) * n + out_row]);
-      out[int64_t(token) * n + out_row] = from_float<T>(v);
+      for (int s = 0; s < KW; ++s) {
+        v += partial[s][w][i * 4 + e][l];
+        if (store == W4Store::kSiluMul) v8 += partial[s][w][i * 4 + e + 2][l];
+      }
+      store_sum<T>(store, v, v8, bias, n, out_row, token, out, accumulate);
     }
   }
 }
@@ -182,9 +210,9 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][R
 template <typename T, int NT, int RW>
 __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][RW][NT * 4][32],
                                                  const float (&acc)[NT][4], const T* __restrict__ bias, int m, int n,
-                                                 int row_tiles, T* __restrict__ out, bool accumulate) {
+                                                 int row_tiles, T* __restrict__ out, bool accumulate, W4Store store) {
   reduce_and_store<T, NT, RW, 1>(partial, reinterpret_cast<const float(&)[1][NT][4]>(acc), bias, m, n, row_tiles,
-                                 out, accumulate);
+                                 out, accumulate, store);
 }
 
 }  // namespace tessera::backend::cuda::w4

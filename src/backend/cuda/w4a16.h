@@ -39,12 +39,39 @@ int64_t w4_tile_words(int64_t n, int64_t k);
 int64_t w4_scale_zero_words(int64_t n, int64_t k, int64_t group_size);
 inline constexpr int64_t kW4MmaMaxRows = 64;
 
-// Canonical layout -> tiles and scale_zero (device pointers).
+// Paired tiles, for a weight whose rows are two halves gate | up (an MLP's
+// gate_up, n % 16 == 0): tile p holds gate rows 8p .. 8p + 7 as its rows 0-7
+// and the matching up rows n / 2 + 8p .. as its rows 8-15, so the lane that
+// holds a gate row's sum holds its up row's too (w4a16_tiles.cu) and a
+// product can store silu(gate) · up. Row r of such tiles is canonical row
+// paired_row(r, n).
+__host__ __device__ inline int64_t paired_row(int64_t r, int64_t n) {
+  const int64_t tile = r / 16, in_tile = r % 16;
+  return in_tile < 8 ? tile * 8 + in_tile : n / 2 + tile * 8 + in_tile - 8;
+}
+inline bool w4_pairs_supported(int64_t n) { return n > 0 && n % 16 == 0; }
+
+// How a tensor-core product stores its rows.
+enum class W4Store : int {
+  kRows,        // out [m, n], tile row r is output r
+  kPairedRows,  // paired tiles: out [m, n] in gate | up order
+  kSiluMul,     // paired tiles: out [m, n / 2] = silu(gate) · up, each rounded to T first as
+                // silu_mul reads them from a stored product (no accumulate)
+};
+
+// Throws Error(kInternal) naming `what` where `store` does not fit the
+// product: paired stores need n % 16 == 0, kSiluMul stores no sum into out.
+void check_w4_store(W4Store store, int64_t n, bool accumulate, const char* what);
+
+// Canonical layout -> tiles and scale_zero (device pointers); paired: the
+// paired tiles above.
 void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t* zeros, int64_t n, int64_t k,
-                    int64_t group_size, uint32_t* tiles, uint32_t* scale_zero, cudaStream_t stream);
+                    int64_t group_size, uint32_t* tiles, uint32_t* scale_zero, cudaStream_t stream,
+                    bool paired = false);
 
 // out [m, n] = x [m, k] · Wᵀ (+ bias), or out += that with accumulate;
-// m <= kW4MmaMaxRows, x 16-byte aligned.
+// m <= kW4MmaMaxRows, x 16-byte aligned; `store` as W4Store says (every
+// tensor-core launcher below takes it).
 // row_warps (1, 2, 4 or 8) of a block's 8 warps take neighbouring 16-row tiles
 // and share activations; the rest split k. More row warps re-read the
 // activations less but make fewer blocks. The weights reach the tensor cores
@@ -57,7 +84,7 @@ enum class W4Pipeline { kRegisterBatches, kRegisterDouble, kSharedStages, kGroup
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                       int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,
-                      cudaStream_t stream, bool accumulate = false);
+                      cudaStream_t stream, bool accumulate = false, W4Store store = W4Store::kRows);
 
 // The group-sum kernels (w4a16_group_sums.cu; W4Pipeline::kGroupSums): at
 // m <= 8 rows, groups of 64 or 128 inputs, x and its group sums within 40 KB
@@ -73,7 +100,7 @@ bool w4_group_sums_supported(int64_t m, int64_t k, int64_t group_size);
 template <typename T>
 void launch_w4a16_group_sums(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                              int64_t n, int64_t k, int64_t group_size, int kernel, T* out, cudaStream_t stream,
-                             bool accumulate);
+                             bool accumulate, W4Store store = W4Store::kRows);
 
 // The kernels of w4a16_wide.cu (W4Pipeline::kWideRows): each warp takes two
 // neighbouring 16-row tiles and reads a chunk of activations once for both;
@@ -83,11 +110,12 @@ bool w4_wide_supported(int64_t m, int row_warps);
 template <typename T>
 void launch_w4a16_wide(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                        int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream,
-                       bool accumulate);
+                       bool accumulate, W4Store store = W4Store::kRows);
 
-// w [n, k] = W from the tiles (for cuBLASLt at more rows).
+// w [n, k] = W from the tiles (for cuBLASLt at more rows), rows in canonical
+// order (paired: the tiles are paired).
 template <typename T>
 void launch_w4_dequantize_tiles(const uint32_t* tiles, const uint32_t* scale_zero, int64_t n, int64_t k,
-                                int64_t group_size, T* w, cudaStream_t stream);
+                                int64_t group_size, T* w, cudaStream_t stream, bool paired = false);
 
 }  // namespace tessera::backend::cuda

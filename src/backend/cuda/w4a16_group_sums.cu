@@ -70,7 +70,7 @@ template <typename T, int kBlockWarps, int RW, int kGroupChunks>
 __global__ void __launch_bounds__(kBlockWarps * 32, kBlockWarps == 16 ? 2 : 3)  // at most 64 / 80 registers
     w4a16_group_sums_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles,
                             const uint32_t* __restrict__ scale_zero, const T* __restrict__ bias, int m, int n,
-                            int n_pad, int k, T* __restrict__ out, bool accumulate, bool early) {
+                            int n_pad, int k, T* __restrict__ out, bool accumulate, W4Store store, bool early) {
   constexpr int KW = kBlockWarps / RW, kLoads = 4, kBatchGroups = kLoads / kGroupChunks;
   static_assert(kLoads % kGroupChunks == 0, "a batch holds whole groups");
   extern __shared__ uint4 staged[];  // x [m][k / 8 + 1 words], then the sums [groups][kTokens] (f32)
@@ -181,7 +181,8 @@ __global__ void __launch_bounds__(kBlockWarps * 32, kBlockWarps == 16 ? 2 : 3)  
   if (early) allow_next_kernel();  // the weights are read: the next kernel may load its own
 
   // The K slices meet in shared memory (lane fastest: no bank conflicts),
-  // then the block's rows are stored.
+  // then the block's rows are stored (with kSiluMul the thread of a gate row
+  // stores for its up row too).
   __shared__ float partial[KW][RW][4][32];
 #pragma unroll
   for (int e = 0; e < 4; ++e) partial[kw][rw][e][lane] = acc[e];
@@ -191,24 +192,26 @@ __global__ void __launch_bounds__(kBlockWarps * 32, kBlockWarps == 16 ? 2 : 3)  
     const int out_tile = int(blockIdx.x) * RW + r;
     const int out_row = out_tile * 16 + l / 4 + (e >= 2 ? 8 : 0), out_token = 2 * (l % 4) + e % 2;
     if (out_tile >= row_tiles || out_row >= n || out_token >= m) continue;
-    float v = 0.0f;
+    if (store == W4Store::kSiluMul && e >= 2) continue;
+    float v = 0.0f, v8 = 0.0f;
 #pragma unroll
-    for (int s = 0; s < KW; ++s) v += partial[s][r][e][l];
-    if (bias != nullptr) v += to_float(bias[out_row]);
-    if (accumulate) v += to_float(out[int64_t(out_token) * n + out_row]);
-    out[int64_t(out_token) * n + out_row] = from_float<T>(v);
+    for (int s = 0; s < KW; ++s) {
+      v += partial[s][r][e][l];
+      if (store == W4Store::kSiluMul) v8 += partial[s][r][e + 2][l];
+    }
+    store_sum<T>(store, v, v8, bias, n, out_row, out_token, out, accumulate);
   }
 }
 
 template <typename T, int kBlockWarps, int RW>
 void launch_variant(const T* x, const uint4* tiles, const uint32_t* scale_zero, const T* bias, int m, int n, int k,
-                    int group_chunks, T* out, cudaStream_t stream, bool accumulate, size_t shared) {
+                    int group_chunks, T* out, cudaStream_t stream, bool accumulate, W4Store store, size_t shared) {
   const int n_pad = (n + 15) / 16 * 16;
   const unsigned blocks = static_cast<unsigned>((n_pad / 16 + RW - 1) / RW);
   const bool early = early_successor_launch() && programmatic_launch_enabled();
   auto launch = [&](auto kernel) {
     launch_after(kernel, blocks, kBlockWarps * 32, shared, stream, x, tiles, scale_zero, bias, m, n, n_pad, k, out,
-                 accumulate, early);
+                 accumulate, store, early);
   };
   if (group_chunks == 1) return launch(w4a16_group_sums_kernel<T, kBlockWarps, RW, 1>);
   launch(w4a16_group_sums_kernel<T, kBlockWarps, RW, 2>);
@@ -224,7 +227,7 @@ bool w4_group_sums_supported(int64_t m, int64_t k, int64_t group_size) {
 template <typename T>
 void launch_w4a16_group_sums(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                              int64_t n, int64_t k, int64_t group_size, int kernel, T* out, cudaStream_t stream,
-                             bool accumulate) {
+                             bool accumulate, W4Store store) {
   constexpr int kKernels = static_cast<int>(sizeof(kW4GroupSumsKernels) / sizeof(kW4GroupSumsKernels[0]));
   if (!w4_group_sums_supported(m, k, group_size) || kernel < 0 || kernel >= kKernels) {
     throw Error(ErrorKind::kInternal, "w4a16 group sums: no kernel " + std::to_string(kernel) + " for m " +
@@ -232,24 +235,25 @@ void launch_w4a16_group_sums(const T* x, const uint32_t* tiles, const uint32_t* 
                                           std::to_string(group_size));
   }
   if (n <= 0) return;
+  check_w4_store(store, n, accumulate, "launch_w4a16_group_sums");
   const auto* t = reinterpret_cast<const uint4*>(tiles);
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
   const int group_chunks = static_cast<int>(group_size / kChunkInputs);
   const size_t shared = staged_bytes(m, k, group_size);
   const W4GroupSumsKernel& v = kW4GroupSumsKernels[kernel];
   if (v.block_warps == 16) {
-    launch_variant<T, 16, 1>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, shared);
+    launch_variant<T, 16, 1>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, store, shared);
   } else if (v.row_warps == 2) {
-    launch_variant<T, 8, 2>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, shared);
+    launch_variant<T, 8, 2>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, store, shared);
   } else {
-    launch_variant<T, 8, 1>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, shared);
+    launch_variant<T, 8, 1>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, store, shared);
   }
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 #define INSTANTIATE(T)                                                                                          \
   template void launch_w4a16_group_sums<T>(const T*, const uint32_t*, const uint32_t*, const T*, int64_t,     \
-                                           int64_t, int64_t, int64_t, int, T*, cudaStream_t, bool);
+                                           int64_t, int64_t, int64_t, int, T*, cudaStream_t, bool, W4Store);
 INSTANTIATE(__half)
 INSTANTIATE(__nv_bfloat16)
 #undef INSTANTIATE

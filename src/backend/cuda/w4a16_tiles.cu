@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cp_async.cuh"
@@ -69,7 +70,7 @@ template <typename T, int NT, int RW, bool kDouble>
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 && !kDouble ? 3 : 1)  // 3 blocks an SM: at most 85 registers
     w4a16_mma_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles, const uint32_t* __restrict__ scale_zero,
                      const T* __restrict__ bias, int m, int n, int n_pad, int k, int group_shift,
-                     T* __restrict__ out, bool accumulate, bool early) {
+                     T* __restrict__ out, bool accumulate, W4Store store, bool early) {
   constexpr int KW = kWarps / RW, kLoadsInFlight = loads_in_flight<NT>();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rw = warp % RW, kw = warp / RW;
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 && !kDouble ? 3 : 1)  // 
   if (early) allow_next_kernel();  // the weights are read: the next kernel may load its own
 
   __shared__ float partial[KW][RW][NT * 4][32];
-  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate);
+  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate, store);
 }
 
 // The same product with the weights streamed through shared memory by
@@ -167,7 +168,7 @@ template <typename T, int NT, int RW>
 __global__ void __launch_bounds__(kWarps * 32)
     w4a16_async_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles,
                        const uint32_t* __restrict__ scale_zero, const T* __restrict__ bias, int m, int n, int n_pad,
-                       int k, int group_shift, T* __restrict__ out, bool accumulate, bool early) {
+                       int k, int group_shift, T* __restrict__ out, bool accumulate, W4Store store, bool early) {
   constexpr int KW = kWarps / RW;
   extern __shared__ uint4 shared_words[];
   uint4 (*staged_w)[kStageChunks][kWarps][32] = reinterpret_cast<uint4 (*)[kStageChunks][kWarps][32]>(shared_words);
@@ -230,18 +231,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   cp_async_wait<0>();
   __syncthreads();  // the staging space becomes the partial sums
   auto& partial = *reinterpret_cast<float (*)[KW][RW][NT * 4][32]>(shared_words);
-  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate);
+  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate, store);
 }
 
-// Canonical nibble of weight (row o, input i); 0 past the last row.
+// Canonical nibble of weight (tile row o, input i); 0 past the last row.
 __device__ __forceinline__ uint32_t canonical_nibble(const uint32_t* qweight, int64_t n, int64_t k, int64_t o,
-                                                     int64_t i) {
+                                                     int64_t i, bool paired) {
   if (o >= n) return 0;
+  if (paired) o = paired_row(o, n);
   return (qweight[o * (k / 8) + i / 8] >> (4 * (i % 8))) & 0xFu;
 }
 
 // One thread per tiled u32: word s of lane (g, t) of chunk c of row tile p.
-__global__ void w4_tile_kernel(const uint32_t* qweight, int64_t n, int64_t k, uint32_t* tiles) {
+__global__ void w4_tile_kernel(const uint32_t* qweight, int64_t n, int64_t k, uint32_t* tiles, bool paired) {
   const int64_t chunks = k / kChunkInputs, total = (n + 15) / 16 * chunks * 128;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -252,20 +254,20 @@ __global__ void w4_tile_kernel(const uint32_t* qweight, int64_t n, int64_t k, ui
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int64_t o = r % 2 == 0 ? row_g : row_g + 8, j = r < 2 ? 0 : 2;
-      word |= canonical_nibble(qweight, n, k, o, base + j) << (4 * r);
-      word |= canonical_nibble(qweight, n, k, o, base + j + 1) << (4 * (r + 4));
+      word |= canonical_nibble(qweight, n, k, o, base + j, paired) << (4 * r);
+      word |= canonical_nibble(qweight, n, k, o, base + j + 1, paired) << (4 * (r + 4));
     }
     tiles[idx] = word;
   }
 }
 
 __global__ void w4_scale_zero_kernel(const __half* scales, const uint8_t* zeros, int64_t n, int64_t n_pad,
-                                     int64_t groups, uint32_t* scale_zero) {
+                                     int64_t groups, uint32_t* scale_zero, bool paired) {
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < groups * n_pad;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t group = idx / n_pad, o = idx % n_pad;
+    const int64_t group = idx / n_pad, r = idx % n_pad, o = paired ? paired_row(r, n) : r;
     uint32_t v = 0;  // rows past n: scale 0
-    if (o < n) v = __half_as_ushort(scales[o * groups + group]) | (uint32_t(zeros[o * groups + group]) << 16);
+    if (r < n) v = __half_as_ushort(scales[o * groups + group]) | (uint32_t(zeros[o * groups + group]) << 16);
     scale_zero[idx] = v;
   }
 }
@@ -273,7 +275,7 @@ __global__ void w4_scale_zero_kernel(const __half* scales, const uint8_t* zeros,
 // One thread per lane word of a chunk: its 16 inputs of rows g and g + 8.
 template <typename T>
 __global__ void w4_dequantize_tiles_kernel(const uint4* tiles, const uint32_t* scale_zero, int64_t n, int64_t k,
-                                           int64_t group_size, T* w) {
+                                           int64_t group_size, T* w, bool paired) {
   struct alignas(16) Sixteen {
     T v[16];
   };
@@ -287,9 +289,10 @@ __global__ void w4_dequantize_tiles_kernel(const uint4* tiles, const uint32_t* s
     const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // row g, then row g + 8
-      const int64_t o = p * 16 + lane / 4 + 8 * half;
-      if (o >= n) continue;
-      const uint32_t sz = scale_zero[group * n_pad + o];
+      const int64_t r = p * 16 + lane / 4 + 8 * half;  // the tile row
+      if (r >= n) continue;
+      const int64_t o = paired ? paired_row(r, n) : r;  // the canonical row
+      const uint32_t sz = scale_zero[group * n_pad + r];
       const float scale = __half2float(__ushort_as_half(static_cast<unsigned short>(sz & 0xFFFFu)));
       const float zero = static_cast<float>(sz >> 16);
       Sixteen row;
@@ -314,7 +317,8 @@ int grid_for(int64_t items, int threads) {
 
 template <typename T, int NT>
 void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const T* bias, int m, int n, int k,
-               int group_size, int row_warps, W4Pipeline pipeline, T* out, cudaStream_t stream, bool accumulate) {
+               int group_size, int row_warps, W4Pipeline pipeline, T* out, cudaStream_t stream, bool accumulate,
+               W4Store store) {
   const int n_pad = (n + 15) / 16 * 16, row_tiles = n_pad / 16;
   int group_shift = 0;  // chunks of a group: a power of two (w4_tiles_supported)
   while ((kChunkInputs << group_shift) < group_size) ++group_shift;
@@ -325,13 +329,13 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
 #define TESSERA_W4_MMA(RW)                                                                                 \
   if (pipeline == W4Pipeline::kSharedStages) {                                                             \
     launch_after(w4a16_async_kernel<T, NT, RW>, blocks, kWarps * 32, shared, stream, x, tiles, scale_zero, \
-                 bias, m, n, n_pad, k, group_shift, out, accumulate, early);                               \
+                 bias, m, n, n_pad, k, group_shift, out, accumulate, store, early);                               \
   } else if (pipeline == W4Pipeline::kRegisterDouble) {                                                    \
     launch_after(w4a16_mma_kernel<T, NT, RW, true>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero,  \
-                 bias, m, n, n_pad, k, group_shift, out, accumulate, early);                               \
+                 bias, m, n, n_pad, k, group_shift, out, accumulate, store, early);                               \
   } else {                                                                                                 \
     launch_after(w4a16_mma_kernel<T, NT, RW, false>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, \
-                 bias, m, n, n_pad, k, group_shift, out, accumulate, early);                               \
+                 bias, m, n, n_pad, k, group_shift, out, accumulate, store, early);                               \
   }
   switch (row_warps) {
     case 1: TESSERA_W4_MMA(1); break;
@@ -345,6 +349,16 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
 
 }  // namespace
 
+void check_w4_store(W4Store store, int64_t n, bool accumulate, const char* what) {
+  if (store != W4Store::kRows && !w4_pairs_supported(n)) {
+    throw Error(ErrorKind::kInternal, std::string(what) + ": paired rows need a multiple of 16 rows, not " +
+                                          std::to_string(n));
+  }
+  if (store == W4Store::kSiluMul && accumulate) {
+    throw Error(ErrorKind::kInternal, std::string(what) + ": a SiLU·mul store adds into nothing");
+  }
+}
+
 bool w4_tiles_supported(int64_t k, int64_t group_size) {
   const int64_t chunks_per_group = group_size / kChunkInputs;
   // A power of two of chunks per group: the kernels find a chunk's group by a shift.
@@ -356,20 +370,24 @@ int64_t w4_tile_words(int64_t n, int64_t k) { return (n + 15) / 16 * 16 * (k / 8
 int64_t w4_scale_zero_words(int64_t n, int64_t k, int64_t group_size) { return (n + 15) / 16 * 16 * (k / group_size); }
 
 void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t* zeros, int64_t n, int64_t k,
-                    int64_t group_size, uint32_t* tiles, uint32_t* scale_zero, cudaStream_t stream) {
+                    int64_t group_size, uint32_t* tiles, uint32_t* scale_zero, cudaStream_t stream, bool paired) {
+  if (paired && !w4_pairs_supported(n)) {
+    throw Error(ErrorKind::kInternal, "launch_w4_tile: paired tiles need a multiple of 16 rows, not " + std::to_string(n));
+  }
   const int64_t n_pad = (n + 15) / 16 * 16, groups = k / group_size;
-  w4_tile_kernel<<<grid_for(w4_tile_words(n, k), 256), 256, 0, stream>>>(qweight, n, k, tiles);
+  w4_tile_kernel<<<grid_for(w4_tile_words(n, k), 256), 256, 0, stream>>>(qweight, n, k, tiles, paired);
   TESSERA_CUDA_CHECK(cudaGetLastError());
   w4_scale_zero_kernel<<<grid_for(groups * n_pad, 256), 256, 0, stream>>>(scales, zeros, n, n_pad, groups,
-                                                                         scale_zero);
+                                                                         scale_zero, paired);
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                       int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,
-                      cudaStream_t stream, bool accumulate) {
+                      cudaStream_t stream, bool accumulate, W4Store store) {
   if (m <= 0 || n <= 0) return;
+  check_w4_store(store, n, accumulate, "launch_w4a16_mma");
   if (pipeline == W4Pipeline::kGroupSums || pipeline == W4Pipeline::kWideRows) {
     throw Error(ErrorKind::kInternal,
                 "launch_w4a16_mma: the group-sum and wide-row kernels launch by launch_w4a16_group_sums and "
@@ -379,31 +397,31 @@ void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_z
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k),
             g = static_cast<int>(group_size);
   if (m <= 8) {
-    return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate);
+    return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store);
   }
   if (m <= 16) {
-    return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate);
+    return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store);
   }
   if (m <= 32) {
-    return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate);
+    return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store);
   }
-  return launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate);
+  return launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store);
 }
 
 template <typename T>
 void launch_w4_dequantize_tiles(const uint32_t* tiles, const uint32_t* scale_zero, int64_t n, int64_t k,
-                                int64_t group_size, T* w, cudaStream_t stream) {
+                                int64_t group_size, T* w, cudaStream_t stream, bool paired) {
   const int64_t lane_words = (n + 15) / 16 * (k / kChunkInputs) * 32;
   w4_dequantize_tiles_kernel<T><<<grid_for(lane_words, 256), 256, 0, stream>>>(
-      reinterpret_cast<const uint4*>(tiles), scale_zero, n, k, group_size, w);
+      reinterpret_cast<const uint4*>(tiles), scale_zero, n, k, group_size, w, paired);
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 #define INSTANTIATE(T)                                                                                            \
   template void launch_w4a16_mma<T>(const T*, const uint32_t*, const uint32_t*, const T*, int64_t, int64_t,     \
-                                    int64_t, int64_t, int, W4Pipeline, T*, cudaStream_t, bool);                \
+                                    int64_t, int64_t, int, W4Pipeline, T*, cudaStream_t, bool, W4Store);       \
   template void launch_w4_dequantize_tiles<T>(const uint32_t*, const uint32_t*, int64_t, int64_t, int64_t, T*, \
-                                              cudaStream_t);
+                                              cudaStream_t, bool);
 INSTANTIATE(__half)
 INSTANTIATE(__nv_bfloat16)
 #undef INSTANTIATE
