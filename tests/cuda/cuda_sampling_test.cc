@@ -2,7 +2,8 @@
 // reference — argmax at temperature 0 (ties to the lowest id, -inf rows),
 // and at temperature > 0 the same token from the same uniform number over a
 // grid of vocabularies (up to 151,936), truncations, penalties, logit_bias,
-// masks and tie-heavy rows; a shifted uniform shows the comparison failing.
+// masks, tie-heavy rows and flat rows; a shifted uniform shows the
+// comparison failing.
 // Then the engine on golden models sampling on the device equals the engine
 // sampling host logits (TESSERA_GPU_SAMPLING=0), greedy and seeded. ctest
 // label: gpu.
@@ -23,10 +24,10 @@
 namespace tessera {
 namespace {
 
-// Random logits [m, n]: normal, or rounded to quarters (many ties) on odd rows.
-std::vector<float> random_logits(int64_t m, int64_t n, uint32_t seed) {
+// Random logits [m, n]: N(0, sigma), or rounded to quarters (many ties) on odd rows.
+std::vector<float> random_logits(int64_t m, int64_t n, uint32_t seed, float sigma = 3.0f) {
   std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::normal_distribution<float> dist(0.0f, sigma);
   std::vector<float> values(m * n);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
@@ -91,8 +92,8 @@ Case make_case(int64_t i, int64_t n, std::mt19937& rng) {
 
 // Rows sampled on the device at each Sampler's own uniform number (or, with
 // `shift`, at that number moved by a third) against the Sampler on the host.
-int64_t mismatches(backend::Backend& cuda, int64_t m, int64_t n, double shift, int64_t* drawn) {
-  std::vector<float> values = random_logits(m, n, static_cast<uint32_t>(n));
+int64_t mismatches(backend::Backend& cuda, int64_t m, int64_t n, double shift, int64_t* drawn, float sigma = 3.0f) {
+  std::vector<float> values = random_logits(m, n, static_cast<uint32_t>(n), sigma);
   if (m > 4) std::fill(values.begin() + 4 * n, values.begin() + 5 * n, -INFINITY);  // row 4: all -inf
   if (m > 6) {  // row 6: one finite logit
     std::fill(values.begin() + 6 * n, values.begin() + 7 * n, -INFINITY);
@@ -137,6 +138,18 @@ TEST(CudaSampling, SampleRowsEqualsTheHostSamplerAtTheSameUniform) {
                       {210, 92544}, {70, 151936}}) {
     int64_t drawn = 0;
     EXPECT_EQ(mismatches(*cuda, m, n, 0.0, &drawn), 0) << m << "x" << n;
+  }
+}
+
+// Flat rows (N(0, 0.05) and N(0, 1) logits): top_p keeps tens of thousands
+// of tokens, past what the fast path gathers, so rows take the whole-row
+// path, where top_p's descent by weight also gives the K-th token.
+TEST(CudaSampling, FlatRowsEqualTheHostSamplerAtTheSameUniform) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto cuda = backend::make_cuda_backend(0, DType::kF32);
+  for (float sigma : {0.05f, 1.0f}) {
+    int64_t drawn = 0;
+    EXPECT_EQ(mismatches(*cuda, 210, 92544, 0.0, &drawn, sigma), 0) << "sigma " << sigma;
   }
 }
 
