@@ -175,6 +175,36 @@ class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, which waits for the backend's
   }
 
+  // Random x [m, k] and bias [n] on the GPU, and the CPU's x · W + bias.
+  struct Operands {
+    Tensor expected, gx, gbias;
+  };
+  Operands operands(const QuantizedWeight& w, int64_t m, uint32_t seed) {
+    Tensor x = random({m, w.in_features}, seed), bias = random({w.out_features}, seed + 1);
+    Tensor expected = Tensor::empty({m, w.out_features}, DType::kF32);
+    cpu_->linear(x, dequantize_weight(w), bias, expected);
+    return {expected, cuda_->upload_weight(x), cuda_->upload_weight(bias)};
+  }
+
+  // How many weights of an upload's tiles, dequantized on the device, differ
+  // from the CPU's (q - zero) * scale rounded to the activation type.
+  int64_t weights_dequantized_otherwise(const QuantizedWeight& host, const QuantizedWeight& device, bool paired) {
+    const int64_t n = host.out_features, k = host.in_features, group = host.group_size;
+    Tensor dense = Tensor::empty({n, k}, dtype_, cuda_->allocator());
+    cuda_->synchronize();
+    dispatch_16bit([&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_w4_dequantize_tiles<T>(static_cast<const uint32_t*>(device.qweight.raw_data()),
+                                          static_cast<const uint32_t*>(device.scales.raw_data()), n, k, group,
+                                          static_cast<T*>(dense.raw_data()), nullptr, paired);
+    });
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Tensor got = cuda_->to_host_f32(dense), want = dequantize_weight(host).to_dtype(dtype_).to_f32();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) wrong += got.data<float>()[i] != want.data<float>()[i];
+    return wrong;
+  }
+
   DType dtype_ = DType::kF32;
   std::unique_ptr<Backend> cuda_, cpu_;
 };
@@ -240,11 +270,7 @@ TEST_P(AwqCudaVsCpu, EveryRowWarpsVariantOfTheTensorCoreKernelMatches) {
     const QuantizedWeight device = cuda_->upload_quantized_weight(w);
     ASSERT_TRUE(device.backend_layout) << "an 8.0+ kernel image with 16-bit activations uploads tiles";
     for (int64_t m : {1, 3, 8, 9, 16, 29, 64}) {
-      Tensor x = random({m, s.k}, seed), bias = random({s.n}, seed + 1);
-      ++seed;
-      Tensor expected = Tensor::empty({m, s.n}, DType::kF32);
-      cpu_->linear(x, dequantize_weight(w), bias, expected);
-      Tensor gx = cuda_->upload_weight(x), gbias = cuda_->upload_weight(bias);
+      const auto [expected, gx, gbias] = operands(w, m, seed++);
       // Within the group-sum kernels' shared memory and group sizes.
       const bool group_sums = m <= 8 && m * s.k <= 16384 && s.group <= 128;
       ASSERT_EQ(cuda::w4_group_sums_supported(m, s.k, s.group), group_sums) << "m " << m << " k " << s.k;
@@ -284,28 +310,11 @@ TEST_P(AwqCudaVsCpu, PairedGateUpTilesStoreTheRowsOrSiluMulOfThem) {
     plain.gate_up_halves = false;
     EXPECT_FALSE(cuda_->stores_silu_mul(cuda_->upload_quantized_weight(plain), 1));
 
-    Tensor dense = Tensor::empty({s.n, s.k}, dtype_, cuda_->allocator());
-    cuda_->synchronize();
-    dispatch_16bit([&](auto tag) {
-      using T = decltype(tag);
-      cuda::launch_w4_dequantize_tiles<T>(static_cast<const uint32_t*>(device.qweight.raw_data()),
-                                          static_cast<const uint32_t*>(device.scales.raw_data()), s.n, s.k, s.group,
-                                          static_cast<T*>(dense.raw_data()), nullptr, true);
-    });
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    Tensor got_dense = cuda_->to_host_f32(dense), want_dense = dequantize_weight(w).to_dtype(dtype_).to_f32();
-    int64_t wrong_weights = 0;
-    for (int64_t i = 0; i < want_dense.numel(); ++i) {
-      wrong_weights += got_dense.data<float>()[i] != want_dense.data<float>()[i];
-    }
-    EXPECT_EQ(wrong_weights, 0) << "n " << s.n << ": paired tiles dequantize to other weights";
+    EXPECT_EQ(weights_dequantized_otherwise(w, device, true), 0) << "n " << s.n << ": paired tiles dequantize to "
+                                                                   << "other weights";
 
     for (int64_t m : {1, 3, 8, 9, 16, 29, 64}) {
-      Tensor x = random({m, s.k}, seed), bias = random({s.n}, seed + 1);
-      ++seed;
-      Tensor expected = Tensor::empty({m, s.n}, DType::kF32);
-      cpu_->linear(x, dequantize_weight(w), bias, expected);
-      Tensor gx = cuda_->upload_weight(x), gbias = cuda_->upload_weight(bias);
+      const auto [expected, gx, gbias] = operands(w, m, seed++);
       for (const Variant& v : tensor_core_variants(m, s.k, s.group)) {
         Tensor rows = Tensor::empty({m, s.n}, dtype_, cuda_->allocator());
         launch(v, gx, device, gbias, m, rows, cuda::W4Store::kPairedRows);
@@ -380,24 +389,37 @@ TEST_P(AwqCudaVsCpu, TilesDequantizeToTheCanonicalWeights) {
   for (auto [n, k, group] : {std::tuple<int64_t, int64_t, int64_t>{40, 64, 64}, {1000, 384, 128}, {130, 1024, 64}}) {
     const QuantizedWeight w = random_weight(n, k, group, static_cast<uint32_t>(n + k));
     const QuantizedWeight device = cuda_->upload_quantized_weight(w);
-    Tensor dense = Tensor::empty({n, k}, dtype_, cuda_->allocator());
-    cuda_->synchronize();
-    dispatch_16bit([&](auto tag) {
-      using T = decltype(tag);
-      cuda::launch_w4_dequantize_tiles<T>(static_cast<const uint32_t*>(device.qweight.raw_data()),
-                                          static_cast<const uint32_t*>(device.scales.raw_data()), n, k, group,
-                                          static_cast<T*>(dense.raw_data()), nullptr);
-    });
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    Tensor got = cuda_->to_host_f32(dense), want = dequantize_weight(w).to_dtype(dtype_).to_f32();
-    int64_t wrong = 0;
-    for (int64_t i = 0; i < want.numel(); ++i) wrong += got.data<float>()[i] != want.data<float>()[i];
-    EXPECT_EQ(wrong, 0) << "n " << n << " k " << k << " group " << group << ": weights differ";
+    EXPECT_EQ(weights_dequantized_otherwise(w, device, false), 0)
+        << "n " << n << " k " << k << " group " << group << ": weights differ";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, AwqCudaVsCpu, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The golden model's prompt, made 20 tokens long: more than 16 rows, so a
+// prefill takes the dequantize + cuBLASLt path where the GEMV stops at 16.
+std::vector<int32_t> prompt_of_20(const std::filesystem::path& golden) {
+  nlohmann::json expected = nlohmann::json::parse(std::ifstream(golden / "expected.json"));
+  auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
+  while (prompt.size() < 20) prompt.push_back(prompt[prompt.size() % 7]);
+  return prompt;
+}
+
+// Teacher-forced logits of every prompt position, one prefill.
+Tensor prefill_logits(model::Transformer& m, const std::vector<int32_t>& prompt) {
+  backend::PagedKvCache cache = m.allocate_cache(2, 16);
+  model::ForwardBatch batch;
+  batch.token_ids = prompt;
+  batch.attention.query_start = {0, static_cast<int32_t>(prompt.size())};
+  batch.attention.block_tables = {0, 1};
+  batch.attention.max_blocks_per_seq = 2;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    batch.attention.positions.push_back(static_cast<int32_t>(i));
+    batch.logit_rows.push_back(static_cast<int32_t>(i));
+  }
+  return m.forward(batch, cache);
+}
 
 // A quantized golden model on the GPU (f32 activations) against the CPU,
 // prefill through the dequantize + cuBLASLt path when the prompt is long
@@ -407,28 +429,12 @@ TEST(AwqCudaModel, AutoAwqExportOfAGoldenModelMatchesTheCpu) {
   const auto golden = testing::fixtures_dir() / "golden" / "internlm2_gqa2";
   const auto dir = std::filesystem::temp_directory_path() / "tessera-awq-cuda-model";
   model::write_awq_model(golden, dir, 32);
-  nlohmann::json expected = nlohmann::json::parse(std::ifstream(golden / "expected.json"));
-  auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
-  while (prompt.size() < 20) prompt.push_back(prompt[prompt.size() % 7]);  // > 16 rows: the cuBLASLt path too
+  const std::vector<int32_t> prompt = prompt_of_20(golden);
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend(0, DType::kF32);
   auto cpu_model = model::load_transformer(dir, *cpu);
   auto gpu_model = model::load_transformer(dir, *gpu);
-  // Teacher-forced logits of every prompt position.
-  auto prefill_logits = [&](model::Transformer& m) {
-    backend::PagedKvCache cache = m.allocate_cache(2, 16);
-    model::ForwardBatch batch;
-    batch.token_ids = prompt;
-    batch.attention.query_start = {0, static_cast<int32_t>(prompt.size())};
-    batch.attention.block_tables = {0, 1};
-    batch.attention.max_blocks_per_seq = 2;
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      batch.attention.positions.push_back(static_cast<int32_t>(i));
-      batch.logit_rows.push_back(static_cast<int32_t>(i));
-    }
-    return m.forward(batch, cache);
-  };
-  Tensor want_logits = prefill_logits(*cpu_model), got_logits = prefill_logits(*gpu_model);
+  Tensor want_logits = prefill_logits(*cpu_model, prompt), got_logits = prefill_logits(*gpu_model, prompt);
   auto c = testing::compare(got_logits.data<float>(), want_logits.data<float>(),
                             static_cast<size_t>(want_logits.numel()));
   EXPECT_TRUE(c.within(5e-3, 5e-4)) << "prefill logits: " << c.describe();
@@ -450,26 +456,14 @@ TEST(AwqCudaModel, SiluMulInTheGateUpStoreEqualsTheSeparateOp) {
   const auto golden = testing::fixtures_dir() / "golden" / "internlm2_gqa2";
   const auto dir = std::filesystem::temp_directory_path() / "tessera-awq-cuda-paired";
   model::write_awq_model(golden, dir, 64);
-  nlohmann::json expected = nlohmann::json::parse(std::ifstream(golden / "expected.json"));
-  auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
-  while (prompt.size() < 20) prompt.push_back(prompt[prompt.size() % 7]);
+  const std::vector<int32_t> prompt = prompt_of_20(golden);
   auto logits_of = [&](bool pairs) {
     if (!pairs) setenv("TESSERA_W4_PAIRS", "0", 1);
     auto gpu = make_cuda_backend(0, DType::kBF16);
     unsetenv("TESSERA_W4_PAIRS");
     auto model = model::load_transformer(dir, *gpu);
     EXPECT_EQ(gpu->stores_silu_mul(model->weights().layers[0].gate_up_w4, 1), pairs);
-    backend::PagedKvCache cache = model->allocate_cache(2, 16);
-    model::ForwardBatch batch;
-    batch.token_ids = prompt;
-    batch.attention.query_start = {0, static_cast<int32_t>(prompt.size())};
-    batch.attention.block_tables = {0, 1};
-    batch.attention.max_blocks_per_seq = 2;
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      batch.attention.positions.push_back(static_cast<int32_t>(i));
-      batch.logit_rows.push_back(static_cast<int32_t>(i));
-    }
-    return model->forward(batch, cache);
+    return prefill_logits(*model, prompt);
   };
   Tensor separate = logits_of(false), in_store = logits_of(true);
   auto c = testing::compare(in_store.data<float>(), separate.data<float>(), static_cast<size_t>(separate.numel()));
