@@ -368,9 +368,10 @@ class CudaBackend final : public Backend {
       store_only.scratch = fusion.scratch;
       return fused_linear(formed_input(x, fusion), store_only, weight, packed, bias, out);
     }
+    // A SiLU·mul store is the 4-bit kernels' (W4Linear::product checks the rest).
     const bool silu_mul_out = fusion.output == LinearFusion::Output::kSiluMul;
-    if (silu_mul_out && !(packed.defined() && stores_silu_mul(packed, x.dim(0)))) {
-      throw Error(ErrorKind::kInternal, "cuda fused_linear: no SiLU·mul store for this product");
+    if (silu_mul_out && !packed.defined()) {
+      throw Error(ErrorKind::kInternal, "cuda fused_linear: no SiLU·mul store for a 16-bit product");
     }
     // The 4-bit kernels take the input as it is: forming it inside the
     // tensor-core kernels (in each row tile of the register kernels, or as
