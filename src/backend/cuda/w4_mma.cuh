@@ -143,13 +143,17 @@ __device__ __forceinline__ void chunk_product(float (&acc)[NT][4], uint4 word, u
 }
 
 // Stores a block's sum v of tile row `row` for `token` as `store` says
-// (w4a16.h, W4Store). For kSiluMul `row` is a gate row (rows 0-7 of its
-// tile) and v8 the sum of row + 8, its up row; each is rounded to T as a
-// stored product would be, then silu_times forms what the SiLU·mul op would.
+// (w4a16.h, W4Store), scaled by `scale` (the token's 1 / rms where the input
+// is r ∘ g: W4Norms) before the bias; returns the value stored (kRows,
+// kPairedRows). For kSiluMul `row` is a gate row (rows 0-7 of its tile) and
+// v8 the sum of row + 8, its up row; each is rounded to T as a stored
+// product would be, then silu_times forms what the SiLU·mul op would.
 template <typename T>
-__device__ __forceinline__ void store_sum(W4Store store, float v, float v8, const T* __restrict__ bias, int n,
-                                          int row, int token, T* __restrict__ out, bool accumulate) {
+__device__ __forceinline__ float store_sum(W4Store store, float v, float v8, float scale, const T* __restrict__ bias,
+                                           int n, int row, int token, T* __restrict__ out, bool accumulate) {
+  v *= scale;
   if (store == W4Store::kSiluMul) {
+    v8 *= scale;
     const int64_t gate_row = paired_row(row, n), up_row = gate_row + n / 2;
     if (bias != nullptr) {
       v += to_float(bias[gate_row]);
@@ -157,13 +161,65 @@ __device__ __forceinline__ void store_sum(W4Store store, float v, float v8, cons
     }
     const float gate = to_float(from_float<T>(v)), up = to_float(from_float<T>(v8));
     out[int64_t(token) * (n / 2) + gate_row] = from_float<T>(silu_times(gate, up));
-    return;
+    return 0.0f;
   }
   const int64_t o = store == W4Store::kPairedRows ? paired_row(row, n) : row;
   if (bias != nullptr) v += to_float(bias[o]);
   if (accumulate) v += to_float(out[int64_t(token) * n + o]);
-  out[int64_t(token) * n + o] = from_float<T>(v);
+  const T stored = from_float<T>(v);
+  out[int64_t(token) * n + o] = stored;
+  return to_float(stored);
 }
+
+// Each token's 1 / rms of the residual r whose r ∘ g the input is, from
+// W4Norms::input_sums [m, k / 16], into inv_rms [m] (shared memory): a warp
+// a token, its lanes' sums in a fixed order. Called right after the wait on
+// the kernel that wrote the sums, so their reads are in flight with the
+// first weights'; the barrier before the store makes them visible.
+template <int kBlockWarps>
+__device__ __forceinline__ void inverse_rms(const W4Norms& norms, int m, int k, float (&inv_rms)[kW4NormRows]) {
+  static_assert(kW4NormRows <= 64, "a warp a token");
+  if (norms.input_sums == nullptr) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slots = k / 16;
+  for (int token = warp; token < m; token += kBlockWarps) {
+    float s = 0.0f;
+    for (int j = lane; j < slots; j += 32) s += norms.input_sums[int64_t(token) * slots + j];
+    s = warp_sum(s);
+    if (lane == 0) inv_rms[token] = rsqrtf(s / static_cast<float>(k) + norms.eps);
+  }
+}
+
+// The ahead norm's share of residual value `stored` (row, token; W4Norms):
+// r ∘ g into ahead_formed, r² into the tile's squares [token][row % 16].
+template <typename T, int kTokens>
+__device__ __forceinline__ void store_ahead(const W4Norms& norms, float stored, int n, int row, int token,
+                                            float (&squares)[kTokens][16]) {
+  const T* g = static_cast<const T*>(norms.ahead_weight);
+  static_cast<T*>(norms.ahead_formed)[int64_t(token) * n + row] = from_float<T>(stored * to_float(g[row]));
+  squares[token][row % 16] = stored * stored;
+}
+
+// Row tile `tile`'s sum of squares of `token`, rows in order, into
+// W4Norms::ahead_sums (after a barrier past store_ahead).
+template <int kTokens>
+__device__ __forceinline__ void store_ahead_sum(const W4Norms& norms, const float (&squares)[kTokens][16], int n,
+                                                int tile, int token) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) s += squares[token][i];
+  norms.ahead_sums[int64_t(token) * (n / 16) + tile] = s;
+}
+
+// The shared memory of a block's norms (W4Norms) beside its partial sums:
+// each token's 1 / rms where the input is r ∘ g, and the ahead norm's r² by
+// row warp, token and tile row (only at up to two tiles of tokens).
+template <int NT, int RW>
+struct NormShared {
+  static constexpr bool kNorms = NT <= 2;
+  static constexpr int kTokens = kNorms ? NT * 8 : 1;
+  float inv_rms[kW4NormRows];
+  float squares[kNorms ? RW : 1][kTokens][16];
+};
 
 // The K slices of a block (warp = rw + RW kw) meet in shared memory, lane
 // fastest, so no bank conflicts; then the block's rows are stored. A warp
@@ -171,15 +227,21 @@ __device__ __forceinline__ void store_sum(W4Store store, float v, float v8, cons
 // RT + r); they meet one r at a time, so `partial` stays kWarps x NT x 512
 // bytes. Accumulator e of acc[r][i]: row g (+8 for e >= 2) of tile r, token
 // 8i + 2t + e % 2. With kSiluMul the thread of accumulator e < 2 stores for
-// both rows.
+// both rows. `norms` (W4Norms) at up to two tiles of tokens (NT <= 2)
+// only: shared.inv_rms as inverse_rms left it where the input is r ∘ g.
 template <typename T, int NT, int RW, int RT>
 __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][RW][NT * 4][32],
                                                  const float (&acc)[RT][NT][4], const T* __restrict__ bias, int m,
                                                  int n, int row_tiles, T* __restrict__ out, bool accumulate,
-                                                 W4Store store) {
+                                                 W4Store store, const W4Norms& norms, NormShared<NT, RW>& shared) {
   constexpr int KW = kWarps / RW;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rw = warp % RW, kw = warp / RW;
+  constexpr bool kNorms = NormShared<NT, RW>::kNorms;
+  constexpr int kTokens = NormShared<NT, RW>::kTokens;
+  auto& squares = shared.squares;
+  const float* inv_rms = shared.inv_rms;
+  const bool scaled = kNorms && norms.input_sums != nullptr, ahead = kNorms && norms.ahead_sums != nullptr;
 #pragma unroll
   for (int r = 0; r < RT; ++r) {
     if (r > 0) __syncthreads();  // the previous row tile's sums are read
@@ -201,7 +263,17 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][R
         v += partial[s][w][i * 4 + e][l];
         if (store == W4Store::kSiluMul) v8 += partial[s][w][i * 4 + e + 2][l];
       }
-      store_sum<T>(store, v, v8, bias, n, out_row, token, out, accumulate);
+      const float stored =
+          store_sum<T>(store, v, v8, scaled ? inv_rms[token] : 1.0f, bias, n, out_row, token, out, accumulate);
+      if (ahead) store_ahead<T>(norms, stored, n, out_row, token, squares[kNorms ? w : 0]);
+    }
+    if (ahead) {
+      __syncthreads();
+      const int w = threadIdx.x / kTokens, token = threadIdx.x % kTokens;
+      const int out_tile = (int(blockIdx.x) * RW + w) * RT + r;
+      if (w < RW && out_tile < row_tiles && token < m) {
+        store_ahead_sum(norms, squares[kNorms ? w : 0], n, out_tile, token);
+      }
     }
   }
 }
@@ -210,9 +282,10 @@ __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][R
 template <typename T, int NT, int RW>
 __device__ __forceinline__ void reduce_and_store(float (&partial)[kWarps / RW][RW][NT * 4][32],
                                                  const float (&acc)[NT][4], const T* __restrict__ bias, int m, int n,
-                                                 int row_tiles, T* __restrict__ out, bool accumulate, W4Store store) {
+                                                 int row_tiles, T* __restrict__ out, bool accumulate, W4Store store,
+                                                 const W4Norms& norms, NormShared<NT, RW>& shared) {
   reduce_and_store<T, NT, RW, 1>(partial, reinterpret_cast<const float(&)[1][NT][4]>(acc), bias, m, n, row_tiles,
-                                 out, accumulate, store);
+                                 out, accumulate, store, norms, shared);
 }
 
 }  // namespace tessera::backend::cuda::w4

@@ -59,9 +59,31 @@ enum class W4Store : int {
                 // silu_mul reads them from a stored product (no accumulate)
 };
 
-// Throws Error(kInternal) naming `what` where `store` does not fit the
-// product: paired stores need n % 16 == 0, kSiluMul stores no sum into out.
-void check_w4_store(W4Store store, int64_t n, bool accumulate, const char* what);
+// RMSNorm across two tensor-core products of a decode step (up to
+// kW4NormRows rows), so that no norm kernel runs between them:
+// - ahead_weight (the producer, with accumulate: out is the residual stream
+//   r): the product also stores ahead_formed [m, n] = r ∘ ahead_weight and
+//   ahead_sums [m, n / 16], each token's sum of r² over each 16-row tile of
+//   r as stored, summed in a fixed order (no float atomics: the same bits
+//   every run);
+// - input_sums (the consumer, whose x is such an r ∘ g, k = the producer's
+//   n): its sums are scaled by each token's 1 / rms(r) = rsqrt(Σ input_sums
+//   / k + eps) before the bias: the product of RMSNorm(r) up to rounding (r ∘ g
+//   is rounded to T before the scale, the norm's op rounds after it).
+inline constexpr int64_t kW4NormRows = 16;
+struct W4Norms {
+  const float* input_sums = nullptr;  // [m, k / 16]
+  float eps = 0.0f;
+  const void* ahead_weight = nullptr;  // T [n]
+  void* ahead_formed = nullptr;        // T [m, n]
+  float* ahead_sums = nullptr;         // [m, n / 16]
+};
+
+// Throws Error(kInternal) naming `what` where `store` and `norms` do not
+// fit the product: paired stores need n % 16 == 0, kSiluMul stores no sum
+// into out; norms need m <= kW4NormRows, and an ahead norm plain rows
+// (kRows) added into the residual stream (accumulate), all three pointers.
+void check_w4_store(W4Store store, int64_t m, int64_t n, bool accumulate, const W4Norms& norms, const char* what);
 
 // Canonical layout -> tiles and scale_zero (device pointers); paired: the
 // paired tiles above.
@@ -70,8 +92,8 @@ void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t
                     bool paired = false);
 
 // out [m, n] = x [m, k] · Wᵀ (+ bias), or out += that with accumulate;
-// m <= kW4MmaMaxRows, x 16-byte aligned; `store` as W4Store says (every
-// tensor-core launcher below takes it).
+// m <= kW4MmaMaxRows, x 16-byte aligned; `store` as W4Store says and
+// `norms` as W4Norms (every tensor-core launcher below takes them).
 // row_warps (1, 2, 4 or 8) of a block's 8 warps take neighbouring 16-row tiles
 // and share activations; the rest split k. More row warps re-read the
 // activations less but make fewer blocks. The weights reach the tensor cores
@@ -84,10 +106,11 @@ enum class W4Pipeline { kRegisterBatches, kRegisterDouble, kSharedStages, kGroup
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                       int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,
-                      cudaStream_t stream, bool accumulate = false, W4Store store = W4Store::kRows);
+                      cudaStream_t stream, bool accumulate = false, W4Store store = W4Store::kRows,
+                      const W4Norms& norms = {});
 
 // The group-sum kernels (w4a16_group_sums.cu; W4Pipeline::kGroupSums): at
-// m <= 8 rows, groups of 64 or 128 inputs, x and its group sums within 40 KB
+// m <= 8 rows, groups of 64 or 128 inputs, x and its group sums within 39 KB
 // of shared memory (one row: k up to about 18,000). Variants by the warps of
 // a block and those of them on neighbouring row tiles (the rest split k);
 // the caller times them.
@@ -100,7 +123,7 @@ bool w4_group_sums_supported(int64_t m, int64_t k, int64_t group_size);
 template <typename T>
 void launch_w4a16_group_sums(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                              int64_t n, int64_t k, int64_t group_size, int kernel, T* out, cudaStream_t stream,
-                             bool accumulate, W4Store store = W4Store::kRows);
+                             bool accumulate, W4Store store = W4Store::kRows, const W4Norms& norms = {});
 
 // The kernels of w4a16_wide.cu (W4Pipeline::kWideRows): each warp takes two
 // neighbouring 16-row tiles and reads a chunk of activations once for both;
@@ -110,7 +133,7 @@ bool w4_wide_supported(int64_t m, int row_warps);
 template <typename T>
 void launch_w4a16_wide(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                        int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream,
-                       bool accumulate, W4Store store = W4Store::kRows);
+                       bool accumulate, W4Store store = W4Store::kRows, const W4Norms& norms = {});
 
 // w [n, k] = W from the tiles (for cuBLASLt at more rows), rows in canonical
 // order (paired: the tiles are paired).

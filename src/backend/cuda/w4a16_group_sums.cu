@@ -44,7 +44,9 @@ using namespace w4;  // NOLINT: the shared kernel helpers
 
 constexpr int kMaxGroupChunks = 2;  // groups of 64 or 128 inputs (a batch holds whole groups)
 constexpr int kTokens = 8;          // one mma tile of tokens
-constexpr size_t kMaxSharedBytes = 40 * 1024;  // beside the static partial sums, under the 48 KB of a plain launch
+// Beside the static partial sums and the norms' (8.6 KB at most), under the
+// 48 KB of a launch that does not opt in.
+constexpr size_t kMaxSharedBytes = 39 * 1024;
 
 // Bytes of shared memory the kernel stages: x [m][k / 8 + 1 words] (a
 // word of padding a row, so the 8 token rows of a load fall in different
@@ -70,7 +72,8 @@ template <typename T, int kBlockWarps, int RW, int kGroupChunks>
 __global__ void __launch_bounds__(kBlockWarps * 32, kBlockWarps == 16 ? 2 : 3)  // at most 64 / 80 registers
     w4a16_group_sums_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles,
                             const uint32_t* __restrict__ scale_zero, const T* __restrict__ bias, int m, int n,
-                            int n_pad, int k, T* __restrict__ out, bool accumulate, W4Store store, bool early) {
+                            int n_pad, int k, T* __restrict__ out, bool accumulate, W4Store store, W4Norms norms,
+                            bool early) {
   constexpr int KW = kBlockWarps / RW, kLoads = 4, kBatchGroups = kLoads / kGroupChunks;
   static_assert(kLoads % kGroupChunks == 0, "a batch holds whole groups");
   extern __shared__ uint4 staged[];  // x [m][k / 8 + 1 words], then the sums [groups][kTokens] (f32)
@@ -112,6 +115,8 @@ __global__ void __launch_bounds__(kBlockWarps * 32, kBlockWarps == 16 ? 2 : 3)  
   if (early) load_batch(current, 0);
   wait_for_previous_kernel();
   if (!early) load_batch(current, 0);
+  __shared__ float inv_rms[kW4NormRows];
+  inverse_rms<kBlockWarps>(norms, m, k, inv_rms);
 
   // Stage x and each group's sum of every token. A group's words are
   // consecutive threads of one warp (group_size / 8 <= 16 of them), so
@@ -182,8 +187,10 @@ __global__ void __launch_bounds__(kBlockWarps * 32, kBlockWarps == 16 ? 2 : 3)  
 
   // The K slices meet in shared memory (lane fastest: no bank conflicts),
   // then the block's rows are stored (with kSiluMul the thread of a gate row
-  // stores for its up row too).
+  // stores for its up row too; norms as w4_mma.cuh's reduce_and_store).
   __shared__ float partial[KW][RW][4][32];
+  __shared__ float squares[RW][kTokens][16];
+  const bool scaled = norms.input_sums != nullptr, ahead = norms.ahead_sums != nullptr;
 #pragma unroll
   for (int e = 0; e < 4; ++e) partial[kw][rw][e][lane] = acc[e];
   __syncthreads();
@@ -199,19 +206,27 @@ __global__ void __launch_bounds__(kBlockWarps * 32, kBlockWarps == 16 ? 2 : 3)  
       v += partial[s][r][e][l];
       if (store == W4Store::kSiluMul) v8 += partial[s][r][e + 2][l];
     }
-    store_sum<T>(store, v, v8, bias, n, out_row, out_token, out, accumulate);
+    const float stored = store_sum<T>(store, v, v8, scaled ? inv_rms[out_token] : 1.0f, bias, n, out_row, out_token,
+                                      out, accumulate);
+    if (ahead) store_ahead<T>(norms, stored, n, out_row, out_token, squares[r]);
+  }
+  if (ahead) {
+    __syncthreads();
+    const int r = threadIdx.x / kTokens, token = threadIdx.x % kTokens, out_tile = int(blockIdx.x) * RW + r;
+    if (r < RW && out_tile < row_tiles && token < m) store_ahead_sum(norms, squares[r], n, out_tile, token);
   }
 }
 
 template <typename T, int kBlockWarps, int RW>
 void launch_variant(const T* x, const uint4* tiles, const uint32_t* scale_zero, const T* bias, int m, int n, int k,
-                    int group_chunks, T* out, cudaStream_t stream, bool accumulate, W4Store store, size_t shared) {
+                    int group_chunks, T* out, cudaStream_t stream, bool accumulate, W4Store store,
+                    const W4Norms& norms, size_t shared) {
   const int n_pad = (n + 15) / 16 * 16;
   const unsigned blocks = static_cast<unsigned>((n_pad / 16 + RW - 1) / RW);
   const bool early = early_successor_launch() && programmatic_launch_enabled();
   auto launch = [&](auto kernel) {
     launch_after(kernel, blocks, kBlockWarps * 32, shared, stream, x, tiles, scale_zero, bias, m, n, n_pad, k, out,
-                 accumulate, store, early);
+                 accumulate, store, norms, early);
   };
   if (group_chunks == 1) return launch(w4a16_group_sums_kernel<T, kBlockWarps, RW, 1>);
   launch(w4a16_group_sums_kernel<T, kBlockWarps, RW, 2>);
@@ -227,7 +242,7 @@ bool w4_group_sums_supported(int64_t m, int64_t k, int64_t group_size) {
 template <typename T>
 void launch_w4a16_group_sums(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                              int64_t n, int64_t k, int64_t group_size, int kernel, T* out, cudaStream_t stream,
-                             bool accumulate, W4Store store) {
+                             bool accumulate, W4Store store, const W4Norms& norms) {
   constexpr int kKernels = static_cast<int>(sizeof(kW4GroupSumsKernels) / sizeof(kW4GroupSumsKernels[0]));
   if (!w4_group_sums_supported(m, k, group_size) || kernel < 0 || kernel >= kKernels) {
     throw Error(ErrorKind::kInternal, "w4a16 group sums: no kernel " + std::to_string(kernel) + " for m " +
@@ -235,25 +250,29 @@ void launch_w4a16_group_sums(const T* x, const uint32_t* tiles, const uint32_t* 
                                           std::to_string(group_size));
   }
   if (n <= 0) return;
-  check_w4_store(store, n, accumulate, "launch_w4a16_group_sums");
+  check_w4_store(store, m, n, accumulate, norms, "launch_w4a16_group_sums");
   const auto* t = reinterpret_cast<const uint4*>(tiles);
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
   const int group_chunks = static_cast<int>(group_size / kChunkInputs);
   const size_t shared = staged_bytes(m, k, group_size);
   const W4GroupSumsKernel& v = kW4GroupSumsKernels[kernel];
   if (v.block_warps == 16) {
-    launch_variant<T, 16, 1>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, store, shared);
+    launch_variant<T, 16, 1>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, store, norms,
+                                shared);
   } else if (v.row_warps == 2) {
-    launch_variant<T, 8, 2>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, store, shared);
+    launch_variant<T, 8, 2>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, store, norms,
+                                shared);
   } else {
-    launch_variant<T, 8, 1>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, store, shared);
+    launch_variant<T, 8, 1>(x, t, scale_zero, bias, im, in, ik, group_chunks, out, stream, accumulate, store, norms,
+                                shared);
   }
   TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 #define INSTANTIATE(T)                                                                                          \
   template void launch_w4a16_group_sums<T>(const T*, const uint32_t*, const uint32_t*, const T*, int64_t,     \
-                                           int64_t, int64_t, int64_t, int, T*, cudaStream_t, bool, W4Store);
+                                           int64_t, int64_t, int64_t, int, T*, cudaStream_t, bool, W4Store, \
+                                           const W4Norms&);
 INSTANTIATE(__half)
 INSTANTIATE(__nv_bfloat16)
 #undef INSTANTIATE

@@ -70,7 +70,7 @@ template <typename T, int NT, int RW, bool kDouble>
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 && !kDouble ? 3 : 1)  // 3 blocks an SM: at most 85 registers
     w4a16_mma_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles, const uint32_t* __restrict__ scale_zero,
                      const T* __restrict__ bias, int m, int n, int n_pad, int k, int group_shift,
-                     T* __restrict__ out, bool accumulate, W4Store store, bool early) {
+                     T* __restrict__ out, bool accumulate, W4Store store, W4Norms norms, bool early) {
   constexpr int KW = kWarps / RW, kLoadsInFlight = loads_in_flight<NT>();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rw = warp % RW, kw = warp / RW;
@@ -114,6 +114,8 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 && !kDouble ? 3 : 1)  // 
   if (early) load_batch(current, kw);
   wait_for_previous_kernel();
   if (!early) load_batch(current, kw);
+  __shared__ NormShared<NT, RW> norm_shared;
+  inverse_rms<kWarps>(norms, m, k, norm_shared.inv_rms);
   if constexpr (kDouble) {
     Batch next;
     int c0 = kw;
@@ -133,7 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 && !kDouble ? 3 : 1)  // 
   if (early) allow_next_kernel();  // the weights are read: the next kernel may load its own
 
   __shared__ float partial[KW][RW][NT * 4][32];
-  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate, store);
+  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate, store, norms, norm_shared);
 }
 
 // The same product with the weights streamed through shared memory by
@@ -157,7 +159,8 @@ constexpr int kStages = 4, kStageChunks = 2;
 template <int NT>
 constexpr size_t async_shared_bytes() {
   const size_t staged = size_t(kStages) * kStageChunks * kWarps * 32 * (sizeof(uint4) + sizeof(uint2));
-  const size_t partial = size_t(kWarps) * NT * 4 * 32 * sizeof(float);
+  // the partial sums, then the norms' (the most of any row warps)
+  const size_t partial = size_t(kWarps) * NT * 4 * 32 * sizeof(float) + sizeof(NormShared<NT, kWarps>);
   return staged > partial ? staged : partial;
 }
 
@@ -168,7 +171,8 @@ template <typename T, int NT, int RW>
 __global__ void __launch_bounds__(kWarps * 32)
     w4a16_async_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles,
                        const uint32_t* __restrict__ scale_zero, const T* __restrict__ bias, int m, int n, int n_pad,
-                       int k, int group_shift, T* __restrict__ out, bool accumulate, W4Store store, bool early) {
+                       int k, int group_shift, T* __restrict__ out, bool accumulate, W4Store store, W4Norms norms,
+                       bool early) {
   constexpr int KW = kWarps / RW;
   extern __shared__ uint4 shared_words[];
   uint4 (*staged_w)[kStageChunks][kWarps][32] = reinterpret_cast<uint4 (*)[kStageChunks][kWarps][32]>(shared_words);
@@ -229,9 +233,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   if (early) allow_next_kernel();  // the weights are read: the next kernel may take the room
   cp_async_wait<0>();
-  __syncthreads();  // the staging space becomes the partial sums
+  // The staging space becomes the partial sums and the norms' shared memory
+  // (the stages fill the 48 KB a launch gets without opting in).
+  __syncthreads();
   auto& partial = *reinterpret_cast<float (*)[KW][RW][NT * 4][32]>(shared_words);
-  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate, store);
+  auto& norm_shared = *reinterpret_cast<NormShared<NT, RW>*>(&partial + 1);
+  inverse_rms<kWarps>(norms, m, k, norm_shared.inv_rms);
+  reduce_and_store<T, NT, RW>(partial, acc, bias, m, n, row_tiles, out, accumulate, store, norms, norm_shared);
 }
 
 // Canonical nibble of weight (tile row o, input i); 0 past the last row.
@@ -318,7 +326,7 @@ int grid_for(int64_t items, int threads) {
 template <typename T, int NT>
 void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const T* bias, int m, int n, int k,
                int group_size, int row_warps, W4Pipeline pipeline, T* out, cudaStream_t stream, bool accumulate,
-               W4Store store) {
+               W4Store store, const W4Norms& norms) {
   const int n_pad = (n + 15) / 16 * 16, row_tiles = n_pad / 16;
   int group_shift = 0;  // chunks of a group: a power of two (w4_tiles_supported)
   while ((kChunkInputs << group_shift) < group_size) ++group_shift;
@@ -329,13 +337,13 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
 #define TESSERA_W4_MMA(RW)                                                                                 \
   if (pipeline == W4Pipeline::kSharedStages) {                                                             \
     launch_after(w4a16_async_kernel<T, NT, RW>, blocks, kWarps * 32, shared, stream, x, tiles, scale_zero, \
-                 bias, m, n, n_pad, k, group_shift, out, accumulate, store, early);                               \
+                 bias, m, n, n_pad, k, group_shift, out, accumulate, store, norms, early);                        \
   } else if (pipeline == W4Pipeline::kRegisterDouble) {                                                    \
     launch_after(w4a16_mma_kernel<T, NT, RW, true>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero,  \
-                 bias, m, n, n_pad, k, group_shift, out, accumulate, store, early);                               \
+                 bias, m, n, n_pad, k, group_shift, out, accumulate, store, norms, early);                        \
   } else {                                                                                                 \
     launch_after(w4a16_mma_kernel<T, NT, RW, false>, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, \
-                 bias, m, n, n_pad, k, group_shift, out, accumulate, store, early);                               \
+                 bias, m, n, n_pad, k, group_shift, out, accumulate, store, norms, early);                        \
   }
   switch (row_warps) {
     case 1: TESSERA_W4_MMA(1); break;
@@ -349,13 +357,24 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
 
 }  // namespace
 
-void check_w4_store(W4Store store, int64_t n, bool accumulate, const char* what) {
+void check_w4_store(W4Store store, int64_t m, int64_t n, bool accumulate, const W4Norms& norms, const char* what) {
   if (store != W4Store::kRows && !w4_pairs_supported(n)) {
     throw Error(ErrorKind::kInternal, std::string(what) + ": paired rows need a multiple of 16 rows, not " +
                                           std::to_string(n));
   }
   if (store == W4Store::kSiluMul && accumulate) {
     throw Error(ErrorKind::kInternal, std::string(what) + ": a SiLU·mul store adds into nothing");
+  }
+  const bool ahead = norms.ahead_weight != nullptr || norms.ahead_formed != nullptr || norms.ahead_sums != nullptr;
+  if ((ahead || norms.input_sums != nullptr) && m > kW4NormRows) {
+    throw Error(ErrorKind::kInternal, std::string(what) + ": RMSNorm in the store at " + std::to_string(m) +
+                                          " rows (up to " + std::to_string(kW4NormRows) + ")");
+  }
+  if (ahead && (norms.ahead_weight == nullptr || norms.ahead_formed == nullptr || norms.ahead_sums == nullptr ||
+                store != W4Store::kRows || !accumulate || n % 16 != 0)) {
+    throw Error(ErrorKind::kInternal, std::string(what) +
+                                          ": an ahead norm needs its weight, formed and sums, plain rows (a multiple "
+                                          "of 16) and a sum into the residual");
   }
 }
 
@@ -385,9 +404,9 @@ void launch_w4_tile(const uint32_t* qweight, const __half* scales, const uint8_t
 template <typename T>
 void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                       int64_t n, int64_t k, int64_t group_size, int row_warps, W4Pipeline pipeline, T* out,
-                      cudaStream_t stream, bool accumulate, W4Store store) {
+                      cudaStream_t stream, bool accumulate, W4Store store, const W4Norms& norms) {
   if (m <= 0 || n <= 0) return;
-  check_w4_store(store, n, accumulate, "launch_w4a16_mma");
+  check_w4_store(store, m, n, accumulate, norms, "launch_w4a16_mma");
   if (pipeline == W4Pipeline::kGroupSums || pipeline == W4Pipeline::kWideRows) {
     throw Error(ErrorKind::kInternal,
                 "launch_w4a16_mma: the group-sum and wide-row kernels launch by launch_w4a16_group_sums and "
@@ -397,15 +416,19 @@ void launch_w4a16_mma(const T* x, const uint32_t* tiles, const uint32_t* scale_z
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k),
             g = static_cast<int>(group_size);
   if (m <= 8) {
-    return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store);
+    return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store,
+                         norms);
   }
   if (m <= 16) {
-    return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store);
+    return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store,
+                         norms);
   }
   if (m <= 32) {
-    return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store);
+    return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store,
+                         norms);
   }
-  return launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store);
+  return launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, pipeline, out, stream, accumulate, store,
+                         norms);
 }
 
 template <typename T>
@@ -419,7 +442,8 @@ void launch_w4_dequantize_tiles(const uint32_t* tiles, const uint32_t* scale_zer
 
 #define INSTANTIATE(T)                                                                                            \
   template void launch_w4a16_mma<T>(const T*, const uint32_t*, const uint32_t*, const T*, int64_t, int64_t,     \
-                                    int64_t, int64_t, int, W4Pipeline, T*, cudaStream_t, bool, W4Store);       \
+                                    int64_t, int64_t, int, W4Pipeline, T*, cudaStream_t, bool, W4Store,        \
+                                    const W4Norms&);\
   template void launch_w4_dequantize_tiles<T>(const uint32_t*, const uint32_t*, int64_t, int64_t, int64_t, T*, \
                                               cudaStream_t, bool);
 INSTANTIATE(__half)

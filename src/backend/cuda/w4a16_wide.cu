@@ -48,7 +48,8 @@ template <typename T, int NT, int RT, int RW>
 __global__ void __launch_bounds__(kWarps * 32, NT * RT <= 4 ? 2 : 1)  // 2 blocks an SM: at most 128 registers
     w4a16_wide_kernel(const T* __restrict__ x, const uint4* __restrict__ tiles,
                       const uint32_t* __restrict__ scale_zero, const T* __restrict__ bias, int m, int n, int n_pad,
-                      int k, int group_shift, T* __restrict__ out, bool accumulate, W4Store store, bool early) {
+                      int k, int group_shift, T* __restrict__ out, bool accumulate, W4Store store, W4Norms norms,
+                      bool early) {
   constexpr int KW = kWarps / RW;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rw = warp % RW, kw = warp / RW;
@@ -95,6 +96,8 @@ __global__ void __launch_bounds__(kWarps * 32, NT * RT <= 4 ? 2 : 1)  // 2 block
   if (early) load_batch(current, kw);
   wait_for_previous_kernel();
   if (!early) load_batch(current, kw);
+  __shared__ NormShared<NT, RW> norm_shared;
+  inverse_rms<kWarps>(norms, m, k, norm_shared.inv_rms);
   constexpr int kBatchChunks = KW * kLoads;  // chunks of the matrix a batch of the block covers
   for (int c0 = kw; c0 < chunks; c0 += kBatchChunks) {
 #pragma unroll
@@ -108,12 +111,13 @@ __global__ void __launch_bounds__(kWarps * 32, NT * RT <= 4 ? 2 : 1)  // 2 block
   if (early) allow_next_kernel();  // the weights are read: the next kernel may load its own
 
   __shared__ float partial[KW][RW][NT * 4][32];
-  reduce_and_store<T, NT, RW, RT>(partial, acc, bias, m, n, row_tiles, out, accumulate, store);
+  reduce_and_store<T, NT, RW, RT>(partial, acc, bias, m, n, row_tiles, out, accumulate, store, norms, norm_shared);
 }
 
 template <typename T, int NT>
 void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const T* bias, int m, int n, int k,
-               int group_size, int row_warps, T* out, cudaStream_t stream, bool accumulate, W4Store store) {
+               int group_size, int row_warps, T* out, cudaStream_t stream, bool accumulate, W4Store store,
+               const W4Norms& norms) {
   const int n_pad = (n + 15) / 16 * 16, row_tiles = n_pad / 16;
   int group_shift = 0;  // chunks of a group: a power of two (w4_tiles_supported)
   while ((kChunkInputs << group_shift) < group_size) ++group_shift;
@@ -121,7 +125,7 @@ void launch_nt(const T* x, const uint4* tiles, const uint32_t* scale_zero, const
   const bool early = early_successor_launch() && programmatic_launch_enabled();
   auto launch = [&](auto kernel) {
     launch_after(kernel, blocks, kWarps * 32, 0, stream, x, tiles, scale_zero, bias, m, n, n_pad, k, group_shift,
-                 out, accumulate, store, early);
+                 out, accumulate, store, norms, early);
   };
   if (row_warps == 1) {
     launch(w4a16_wide_kernel<T, NT, kRowTiles, 1>);
@@ -140,26 +144,33 @@ bool w4_wide_supported(int64_t m, int row_warps) {
 template <typename T>
 void launch_w4a16_wide(const T* x, const uint32_t* tiles, const uint32_t* scale_zero, const T* bias, int64_t m,
                        int64_t n, int64_t k, int64_t group_size, int row_warps, T* out, cudaStream_t stream,
-                       bool accumulate, W4Store store) {
+                       bool accumulate, W4Store store, const W4Norms& norms) {
   if (!w4_wide_supported(m, row_warps) || !w4_tiles_supported(k, group_size)) {
     throw Error(ErrorKind::kInternal, "w4a16 wide: no kernel for m " + std::to_string(m) + ", " +
                                           std::to_string(row_warps) + " row warps, k " + std::to_string(k) +
                                           ", group " + std::to_string(group_size));
   }
   if (n <= 0) return;
-  check_w4_store(store, n, accumulate, "launch_w4a16_wide");
+  check_w4_store(store, m, n, accumulate, norms, "launch_w4a16_wide");
   const auto* t = reinterpret_cast<const uint4*>(tiles);
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k),
             g = static_cast<int>(group_size);
-  if (m <= 8) return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate, store);
-  if (m <= 16) return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate, store);
-  if (m <= 32) return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate, store);
-  launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate, store);
+  if (m <= 8) {
+    return launch_nt<T, 1>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate, store, norms);
+  }
+  if (m <= 16) {
+    return launch_nt<T, 2>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate, store, norms);
+  }
+  if (m <= 32) {
+    return launch_nt<T, 4>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate, store, norms);
+  }
+  launch_nt<T, 8>(x, t, scale_zero, bias, im, in, ik, g, row_warps, out, stream, accumulate, store, norms);
 }
 
 #define INSTANTIATE(T)                                                                                         \
   template void launch_w4a16_wide<T>(const T*, const uint32_t*, const uint32_t*, const T*, int64_t, int64_t, \
-                                     int64_t, int64_t, int, T*, cudaStream_t, bool, W4Store);
+                                     int64_t, int64_t, int, T*, cudaStream_t, bool, W4Store, \
+                                     const W4Norms&);
 INSTANTIATE(__half)
 INSTANTIATE(__nv_bfloat16)
 #undef INSTANTIATE
