@@ -33,6 +33,9 @@ void Backend::fused_linear(const Tensor& x, const LinearFusion& fusion, const Te
   if (fusion.output != LinearFusion::Output::kAsIs) {
     throw Error(ErrorKind::kInternal, "fused_linear: this backend stores no SiLU·mul from a product");
   }
+  if (fusion.input == LinearFusion::Input::kRmsNormAhead || fusion.norm_ahead.weight != nullptr) {
+    throw Error(ErrorKind::kInternal, "fused_linear: this backend forms no RMSNorm ahead");
+  }
   Tensor input = x;
   if (fusion.input != LinearFusion::Input::kAsIs) {
     const Shape shape = {x.dim(0), fusion.input == LinearFusion::Input::kSiluMul ? x.dim(1) / 2 : x.dim(1)};

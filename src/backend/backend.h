@@ -43,6 +43,9 @@ class DeviceGraph {
 //   input kAsIs     x                                 x [n, in]
 //         kRmsNorm  rms_norm(x, *norm_weight, eps)    x [n, in], norm_weight [in]
 //         kSiluMul  silu(gate) * up                   x [n, 2 * in] as gate | up
+//         kRmsNormAhead                               x [n, in] = r ∘ g, formed by the
+//                   product before it (norm_ahead below), which left r's sums
+//                   of squares in norm_ahead.sums: rms_norm(r, g, eps) up to rounding
 //   accumulate      out += the result (out: the residual stream), else out =
 //   scratch         where a backend that runs the input's op separately may
 //                   put its [n, in] result (its buffer is used, any shape of
@@ -50,7 +53,7 @@ class DeviceGraph {
 //                   buffers up front: ranks sharing a GPU must not allocate
 //                   between their collectives. Null: the backend finds room.
 struct LinearFusion {
-  enum class Input { kAsIs, kRmsNorm, kSiluMul };
+  enum class Input { kAsIs, kRmsNorm, kSiluMul, kRmsNormAhead };
   Input input = Input::kAsIs;
   const Tensor* norm_weight = nullptr;
   float eps = 0.0f;
@@ -67,6 +70,19 @@ struct LinearFusion {
   // of them as its cache holds while those ops run. A hint; no result
   // depends on it.
   std::array<const Tensor*, 2> prefetch{};
+  // An RMSNorm formed across two products, where Backend::forms_norm_ahead
+  // allows (a decode step's 4-bit products on CUDA), so that no norm op runs
+  // between them: the product that adds a layer's output into the residual
+  // stream r (accumulate) also stores the next norm's input r ∘ weight into
+  // `formed` [n, hidden] and r's sums of squares into `sums` (f32 [n, hidden
+  // / 16], partial sums over 16 rows each); the product that reads `formed`
+  // takes Input::kRmsNormAhead with the same `sums` and eps.
+  struct NormAhead {
+    const Tensor* weight = nullptr;  // [hidden], the producer's
+    const Tensor* formed = nullptr;  // the producer's
+    const Tensor* sums = nullptr;    // both
+  };
+  NormAhead norm_ahead{};
 };
 
 class Backend {
@@ -145,6 +161,14 @@ class Backend {
   // Whether fused_linear can store silu(gate) · up (LinearFusion::Output::
   // kSiluMul) from a product with this uploaded 4-bit weight at `rows` rows.
   virtual bool stores_silu_mul(const QuantizedWeight& packed, int64_t rows) const {
+    (void)packed;
+    (void)rows;
+    return false;
+  }
+  // Whether fused_linear can form an RMSNorm ahead (LinearFusion::
+  // norm_ahead) in a product with this uploaded 4-bit weight at `rows` rows,
+  // and read one (Input::kRmsNormAhead).
+  virtual bool forms_norm_ahead(const QuantizedWeight& packed, int64_t rows) const {
     (void)packed;
     (void)rows;
     return false;

@@ -255,9 +255,30 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
     fusion.scratch = &formed;
     return fusion;
   };
-  backend::LinearFusion silu_mul;
-  silu_mul.input = backend::LinearFusion::Input::kSiluMul;
-  silu_mul.scratch = &formed;
+  // RMSNorm formed ahead (LinearFusion::norm_ahead): where the backend does
+  // it for both products, the one that adds into the residual stream also
+  // forms the next norm's input, and the norm's op is left out. Its own
+  // buffer: a down projection's input may be in `formed`.
+  const bool may_form_ahead = shard_.world_size == 1 && !trace_ && hidden % 16 == 0 &&
+                              backend_.forms_norm_ahead(weights_.layers.front().o_w4, n);
+  auto forms_ahead = [&](const backend::QuantizedWeight& producer, const backend::QuantizedWeight& consumer) {
+    return may_form_ahead && backend_.forms_norm_ahead(producer, n) && backend_.forms_norm_ahead(consumer, n);
+  };
+  Tensor ahead_formed = may_form_ahead ? activation(hidden) : Tensor();  // r ∘ g of the next norm
+  Tensor norm_sums = may_form_ahead ? Tensor::empty({n, hidden / 16}, DType::kF32, allocator) : Tensor();
+  auto form_ahead = [&](const Tensor& norm_weight) {
+    backend::LinearFusion fusion;
+    fusion.norm_ahead = {&norm_weight, &ahead_formed, &norm_sums};
+    return fusion;
+  };
+  auto read_ahead = [&] {
+    backend::LinearFusion fusion;
+    fusion.input = backend::LinearFusion::Input::kRmsNormAhead;
+    fusion.eps = eps;
+    fusion.norm_ahead.sums = &norm_sums;
+    return fusion;
+  };
+  bool qkv_reads_ahead = false;  // the layer before formed this layer's attention norm
 
   // Each norm is formed inside the linear layer that reads it, and each
   // layer's output is added to the residual stream by the linear layer that
@@ -268,11 +289,14 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
   for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     backend::PagedKvLayer& kv = cache.layers[layer];
-    backend::LinearFusion qkv_fusion = normed_by(w.attn_norm);
+    const LayerWeights* next = layer + 1 < spec_.num_layers ? &weights_.layers[layer + 1] : nullptr;
+    const bool ffn_norm_ahead = forms_ahead(w.o_w4, w.gate_up_w4);
+    const bool next_norm_ahead = next != nullptr && forms_ahead(w.down_w4, next->qkv_w4);
+    backend::LinearFusion qkv_fusion = qkv_reads_ahead ? read_ahead() : normed_by(w.attn_norm);
     // Attention reads little memory: the weights after it may move meanwhile.
     qkv_fusion.prefetch = {w.o_w4.defined() ? &w.o_w4.qweight : &w.o,
                            w.gate_up_w4.defined() ? &w.gate_up_w4.qweight : &w.gate_up};
-    project(residual, qkv_fusion, w.qkv, w.qkv_w4, w.qkv_bias, qkv, &pending);
+    project(qkv_reads_ahead ? ahead_formed : residual, qkv_fusion, w.qkv, w.qkv_w4, w.qkv_bias, qkv, &pending);
     if (trace_) {  // the rotated q and k are traced: the separate ops
       backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
                                     cache.block_size);
@@ -283,21 +307,28 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
                               attn_out);
     }
     trace("attention", layer, attn_out);
-    project_into_residual(attn_out, {}, w.o, w.o_w4, residual, partial, pending);  // residual += attention
+    // residual += attention
+    project_into_residual(attn_out, ffn_norm_ahead ? form_ahead(w.ffn_norm) : backend::LinearFusion{}, w.o, w.o_w4,
+                          residual, partial, pending);
     if (shard_.world_size == 1) trace("attention_residual", layer, residual);
+    const Tensor& ffn_input = ffn_norm_ahead ? ahead_formed : residual;
+    backend::LinearFusion ffn_fusion = ffn_norm_ahead ? read_ahead() : normed_by(w.ffn_norm);
+    backend::LinearFusion down_fusion = next_norm_ahead ? form_ahead(next->attn_norm) : backend::LinearFusion{};
     if (!trace_ && w.gate_up_w4.defined() && backend_.stores_silu_mul(w.gate_up_w4, n)) {
       // SiLU·mul in the gate_up product's store (4-bit): it writes the down
       // projection's input, [n, inter] in the first half of gate_up's memory.
-      backend::LinearFusion gated = normed_by(w.ffn_norm);
-      gated.output = backend::LinearFusion::Output::kSiluMul;
+      ffn_fusion.output = backend::LinearFusion::Output::kSiluMul;
       Tensor activated = gate_up.reshape({2 * n, shard_.intermediate_size}).slice_rows(0, n);
-      project(residual, gated, w.gate_up, w.gate_up_w4, Tensor(), activated, &pending);
-      project_into_residual(activated, {}, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
+      project(ffn_input, ffn_fusion, w.gate_up, w.gate_up_w4, Tensor(), activated, &pending);
+      project_into_residual(activated, down_fusion, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
     } else {
-      project(residual, normed_by(w.ffn_norm), w.gate_up, w.gate_up_w4, Tensor(), gate_up, &pending);
+      project(ffn_input, ffn_fusion, w.gate_up, w.gate_up_w4, Tensor(), gate_up, &pending);
       trace("gate_up", layer, gate_up);
-      project_into_residual(gate_up, silu_mul, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
+      down_fusion.input = backend::LinearFusion::Input::kSiluMul;
+      down_fusion.scratch = &formed;
+      project_into_residual(gate_up, down_fusion, w.down, w.down_w4, residual, partial, pending);  // residual += mlp
     }
+    qkv_reads_ahead = next_norm_ahead;
     if (shard_.world_size == 1) trace("residual", layer, residual);  // on several ranks the add is still pending
   }
   if (pending.defined()) backend_.add(residual, pending);

@@ -4,8 +4,10 @@
 // sizes, with and without bias, in f32 (canonical layout, scalar GEMV up to 16
 // rows), f16 and bf16 (tensor-core tiles up to 64 rows where k and the group
 // are multiples of 64); every row-warps variant of the tensor-core kernel; the
-// tiles dequantized bit for bit as the CPU rounds. A flipped nibble is caught. And a `lite auto_awq` export of a golden model on
-// the GPU gives the CPU's logits and greedy tokens. Skips without a GPU.
+// tiles dequantized bit for bit as the CPU rounds; paired gate | up tiles
+// and the SiLU·mul and RMSNorm stores. A flipped nibble is caught. And a
+// `lite auto_awq` export of a golden model on the GPU gives the CPU's logits
+// and greedy tokens, with and without the fused stores. Skips without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -149,10 +151,10 @@ class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {
     return variants;
   }
 
-  // out = x · W (+ bias) by one variant on an upload's tiles, stored as
-  // `store` says; waits for it.
+  // out (+)= x · W (+ bias) by one variant on an upload's tiles, stored as
+  // `store` and `norms` say; waits for it.
   void launch(const Variant& v, const Tensor& gx, const QuantizedWeight& device, const Tensor& gbias, int64_t m,
-              Tensor& out, cuda::W4Store store) {
+              Tensor& out, cuda::W4Store store, bool accumulate = false, const cuda::W4Norms& norms = {}) {
     const int64_t n = device.out_features, k = device.in_features, group = device.group_size;
     cuda_->synchronize();  // uploads and the allocation are ordered on the backend's stream
     dispatch_16bit([&](auto tag) {
@@ -163,13 +165,14 @@ class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {
       const auto* bias = gbias.defined() ? static_cast<const T*>(gbias.raw_data()) : nullptr;
       auto* y = static_cast<T*>(out.raw_data());
       if (v.pipeline == cuda::W4Pipeline::kGroupSums) {
-        cuda::launch_w4a16_group_sums<T>(x, tiles, scale_zero, bias, m, n, k, group, v.row_warps, y, nullptr, false,
-                                         store);
+        cuda::launch_w4a16_group_sums<T>(x, tiles, scale_zero, bias, m, n, k, group, v.row_warps, y, nullptr,
+                                         accumulate, store, norms);
       } else if (v.pipeline == cuda::W4Pipeline::kWideRows) {
-        cuda::launch_w4a16_wide<T>(x, tiles, scale_zero, bias, m, n, k, group, v.row_warps, y, nullptr, false, store);
+        cuda::launch_w4a16_wide<T>(x, tiles, scale_zero, bias, m, n, k, group, v.row_warps, y, nullptr, accumulate,
+                                   store, norms);
       } else {
         cuda::launch_w4a16_mma<T>(x, tiles, scale_zero, bias, m, n, k, group, v.row_warps, v.pipeline, y, nullptr,
-                                  false, store);
+                                  accumulate, store, norms);
       }
     });
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream, which waits for the backend's
@@ -340,6 +343,97 @@ TEST_P(AwqCudaVsCpu, PairedGateUpTilesStoreTheRowsOrSiluMulOfThem) {
   }
 }
 
+// An RMSNorm formed across two products (w4a16.h, W4Norms), by every
+// tensor-core variant at 1-16 rows. The producer adds into a residual r as
+// it would without the norm (bit for bit) and leaves r ∘ g and each 16-row
+// tile's sum of r² (bit for bit against the host's, in the same order); the
+// consumer reading them, plain or with paired gate | up tiles storing SiLU·mul,
+// gives the CPU's rms_norm(r) then the product (and SiLU·mul).
+TEST_P(AwqCudaVsCpu, NormsFormedAheadInTheStoreGiveTheNormsProduct) {
+  if (dtype_ == DType::kF32) GTEST_SKIP() << "f32 activations keep the canonical layout";
+  if (cuda_device_info(0).effective_capability() < 80) GTEST_SKIP() << "no mma.sync kernel image below 8.0";
+  struct Case {
+    int64_t hidden, producer_k, consumer_n, group;
+  };
+  uint32_t seed = 700;
+  for (const Case& s : {Case{256, 384, 512, 128}, Case{1024, 1024, 96, 64}, Case{4096, 4096, 1024, 128}}) {
+    const QuantizedWeight producer = random_weight(s.hidden, s.producer_k, s.group, seed++);
+    QuantizedWeight consumer = random_weight(s.consumer_n, s.hidden, s.group, seed++);
+    const QuantizedWeight producer_device = cuda_->upload_quantized_weight(producer);
+    const QuantizedWeight consumer_device = cuda_->upload_quantized_weight(consumer);
+    consumer.gate_up_halves = true;
+    const QuantizedWeight paired_device = cuda_->upload_quantized_weight(consumer);
+    ASSERT_TRUE(cuda_->forms_norm_ahead(producer_device, 16) && cuda_->forms_norm_ahead(consumer_device, 16));
+    EXPECT_FALSE(cuda_->forms_norm_ahead(producer_device, 17)) << "more rows than the stores' norms take";
+    const Tensor dense = dequantize_weight(consumer);
+    for (int64_t m : {1, 3, 8, 9, 16}) {
+      Tensor x = random({m, s.producer_k}, seed), r0 = random({m, s.hidden}, seed + 1);
+      Tensor g = random({s.hidden}, seed + 2);
+      Tensor bias = random({s.consumer_n}, seed + 3);
+      seed += 4;
+      const Tensor gx = cuda_->upload_weight(x), gg = cuda_->upload_weight(g), gbias = cuda_->upload_weight(bias);
+      for (const Variant& v : tensor_core_variants(m, s.producer_k, s.group)) {
+        // The producer, plain and forming the norm ahead, each adding into r0.
+        Tensor plain = cuda_->upload_weight(r0), residual = cuda_->upload_weight(r0);
+        Tensor formed = Tensor::empty({m, s.hidden}, dtype_, cuda_->allocator());
+        Tensor sums = Tensor::empty({m, s.hidden / 16}, DType::kF32, cuda_->allocator());
+        launch(v, gx, producer_device, Tensor(), m, plain, cuda::W4Store::kRows, true);
+        cuda::W4Norms ahead;
+        ahead.ahead_weight = gg.raw_data();
+        ahead.ahead_formed = formed.raw_data();
+        ahead.ahead_sums = static_cast<float*>(sums.raw_data());
+        launch(v, gx, producer_device, Tensor(), m, residual, cuda::W4Store::kRows, true, ahead);
+        const Tensor r = cuda_->to_host_f32(residual), want_r = cuda_->to_host_f32(plain);
+        const Tensor got_formed = cuda_->to_host_f32(formed), got_sums = cuda_->to_host_f32(sums);
+        Tensor want_formed = Tensor::empty({m, s.hidden}, DType::kF32);
+        for (int64_t i = 0; i < r.numel(); ++i) {
+          want_formed.data<float>()[i] = r.data<float>()[i] * g.data<float>()[i % s.hidden];
+        }
+        want_formed = want_formed.to_dtype(dtype_).to_f32();
+        int64_t wrong_r = 0, wrong_formed = 0, wrong_sums = 0;
+        for (int64_t i = 0; i < r.numel(); ++i) {
+          wrong_r += r.data<float>()[i] != want_r.data<float>()[i];
+          wrong_formed += got_formed.data<float>()[i] != want_formed.data<float>()[i];
+        }
+        for (int64_t tile = 0; tile < m * s.hidden / 16; ++tile) {
+          float squares[16], sum = 0.0f;
+          for (int64_t i = 0; i < 16; ++i) squares[i] = r.data<float>()[tile * 16 + i] * r.data<float>()[tile * 16 + i];
+          for (float square : squares) sum += square;  // the kernel's order
+          wrong_sums += got_sums.data<float>()[tile] != sum;
+        }
+        EXPECT_EQ(wrong_r + wrong_formed + wrong_sums, 0)
+            << "m " << m << " hidden " << s.hidden << ", " << v.name << ": " << wrong_r << " residual values, "
+            << wrong_formed << " of r ∘ g and " << wrong_sums << " tile sums differ";
+
+        // The CPU: rms_norm(r) · W + bias, and SiLU·mul of it.
+        Tensor normed = Tensor::empty({m, s.hidden}, DType::kF32);
+        Tensor want = Tensor::empty({m, s.consumer_n}, DType::kF32);
+        Tensor want_gated = Tensor::empty({m, s.consumer_n / 2}, DType::kF32);
+        cpu_->rms_norm(r, g, 1e-5f, normed);
+        cpu_->linear(normed, dense, bias, want);
+        cpu_->silu_mul(want, want_gated);
+        cuda::W4Norms read;
+        read.input_sums = static_cast<const float*>(sums.raw_data());
+        read.eps = 1e-5f;
+        for (const Variant& cv : tensor_core_variants(m, s.hidden, s.group)) {
+          Tensor out = Tensor::empty({m, s.consumer_n}, dtype_, cuda_->allocator());
+          Tensor gated = Tensor::empty({m, s.consumer_n / 2}, dtype_, cuda_->allocator());
+          launch(cv, formed, consumer_device, gbias, m, out, cuda::W4Store::kRows, false, read);
+          launch(cv, formed, paired_device, gbias, m, gated, cuda::W4Store::kSiluMul, false, read);
+          const Bounds b = bounds_for(dtype_);
+          for (auto [got, expected, what] : {std::tuple{cuda_->to_host_f32(out), want, "rows"},
+                                             std::tuple{cuda_->to_host_f32(gated), want_gated, "SiLU·mul"}}) {
+            auto c =
+                testing::compare(got.data<float>(), expected.data<float>(), static_cast<size_t>(expected.numel()));
+            EXPECT_TRUE(c.within(b.max_abs, b.rel_norm)) << what << ", m " << m << " hidden " << s.hidden << ", "
+                                                         << v.name << " then " << cv.name << ": " << c.describe();
+          }
+        }
+      }
+    }
+  }
+}
+
 // Backend::fused_linear on 4-bit weights against the CPU's separate ops on
 // the dequantized weight: rms_norm(x) or silu(gate)·up formed by its op, then
 // every path (the tensor-core kernel up to 64 rows, dequantize + cuBLASLt at
@@ -469,6 +563,37 @@ TEST(AwqCudaModel, SiluMulInTheGateUpStoreEqualsTheSeparateOp) {
   auto c = testing::compare(in_store.data<float>(), separate.data<float>(), static_cast<size_t>(separate.numel()));
   EXPECT_TRUE(c.within(5e-2, 1e-2)) << "prefill logits: " << c.describe();
   std::filesystem::remove_all(dir);
+}
+
+// RMSNorm formed ahead on golden models in bf16 on the tiles: a prefill of
+// 16 rows takes it for every norm but layer 0's attention norm (the o and down
+// projections form the next norm's input, gate_up and the next layer's qkv
+// read it), against the same GPU with every norm by its op
+// (TESSERA_W4_NORMS=0). qwen2_bias: qkv's bias is added after the scale.
+TEST(AwqCudaModel, NormsFormedAheadEqualTheNormOps) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  if (cuda_device_info(0).effective_capability() < 80) GTEST_SKIP() << "no mma.sync kernel image below 8.0";
+  for (const char* name : {"internlm2_gqa2", "qwen2_bias"}) {
+    const auto golden = testing::fixtures_dir() / "golden" / name;
+    const auto dir = std::filesystem::temp_directory_path() / "tessera-awq-cuda-norms";
+    model::write_awq_model(golden, dir, 64);
+    std::vector<int32_t> prompt = prompt_of_20(golden);
+    prompt.resize(cuda::kW4NormRows);
+    auto logits_of = [&](bool ahead) {
+      if (!ahead) setenv("TESSERA_W4_NORMS", "0", 1);
+      auto gpu = make_cuda_backend(0, DType::kBF16);
+      unsetenv("TESSERA_W4_NORMS");
+      auto model = model::load_transformer(dir, *gpu);
+      const QuantizedWeight& o = model->weights().layers[0].o_w4;
+      EXPECT_EQ(gpu->forms_norm_ahead(o, cuda::kW4NormRows), ahead) << name;
+      EXPECT_FALSE(gpu->forms_norm_ahead(o, cuda::kW4NormRows + 1)) << name;
+      return prefill_logits(*model, prompt);
+    };
+    Tensor by_ops = logits_of(false), ahead = logits_of(true);
+    auto c = testing::compare(ahead.data<float>(), by_ops.data<float>(), static_cast<size_t>(by_ops.numel()));
+    EXPECT_TRUE(c.within(5e-2, 1e-2)) << name << " prefill logits: " << c.describe();
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace

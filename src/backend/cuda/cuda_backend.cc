@@ -361,6 +361,10 @@ class CudaBackend final : public Backend {
   // TESSERA_FUSED_INPUT=0, the input is formed by its op into a scratch.
   void fused_linear(const Tensor& x, const LinearFusion& fusion, const Tensor& weight, const QuantizedWeight& packed,
                     const Tensor& bias, Tensor& out) override {
+    const bool reads_norm_ahead = fusion.input == LinearFusion::Input::kRmsNormAhead;
+    if ((reads_norm_ahead || fusion.norm_ahead.weight != nullptr) && !forms_norm_ahead(packed, x.dim(0))) {
+      throw Error(ErrorKind::kInternal, "cuda fused_linear: no RMSNorm formed ahead for this product");
+    }
     if (!fuse_inputs_ && fusion.input != LinearFusion::Input::kAsIs) {
       LinearFusion store_only;
       store_only.accumulate = fusion.accumulate;
@@ -376,9 +380,29 @@ class CudaBackend final : public Backend {
     // The 4-bit kernels take the input as it is: forming it inside the
     // tensor-core kernels (in each row tile of the register kernels, or as
     // the group-sum kernels stage x in every block) measured slower than
-    // the separate op (BENCHMARKS.md).
+    // the separate op (BENCHMARKS.md). An RMSNorm formed ahead costs them
+    // no pass over x: the product before stored r ∘ g and r's sums of
+    // squares, and this one scales its sums by 1 / rms in its store.
     if (packed.defined()) {
-      quantized_product(formed_input(x, fusion), packed, bias, out, fusion.accumulate, silu_mul_out);
+      cuda::W4Norms norms;
+      if (reads_norm_ahead) {
+        const Tensor* sums = fusion.norm_ahead.sums;
+        TESSERA_CHECK(sums != nullptr && sums->dtype() == DType::kF32 && sums->numel() >= x.numel() / 16);
+        norms.input_sums = ptr<float>(*sums);
+        norms.eps = fusion.eps;
+      }
+      if (fusion.norm_ahead.weight != nullptr) {
+        const LinearFusion::NormAhead& ahead = fusion.norm_ahead;
+        TESSERA_CHECK(ahead.formed != nullptr && ahead.sums != nullptr && ahead.weight->dtype() == out.dtype() &&
+                      ahead.weight->numel() == out.dim(1) && ahead.formed->dtype() == out.dtype() &&
+                      ahead.formed->numel() >= out.numel() && ahead.sums->dtype() == DType::kF32 &&
+                      ahead.sums->numel() >= out.numel() / 16);
+        norms.ahead_weight = fusion.norm_ahead.weight->raw_data();
+        norms.ahead_formed = fusion.norm_ahead.formed->raw_data();
+        norms.ahead_sums = ptr<float>(*fusion.norm_ahead.sums);
+      }
+      quantized_product(reads_norm_ahead ? x : formed_input(x, fusion), packed, bias, out, fusion.accumulate,
+                        silu_mul_out, norms);
       // Only decode-sized steps: a prefill's attention is no pause for the memory system.
       if (x.dim(0) <= cuda::kGemvMaxRows) prefetch_after_product(fusion);
       return;
@@ -517,13 +541,18 @@ class CudaBackend final : public Backend {
     return w4_->stores_silu_mul(packed, rows);
   }
 
+  // In the 4-bit kernels' stores (W4Linear::forms_norms), where inputs are fused at all.
+  bool forms_norm_ahead(const QuantizedWeight& packed, int64_t rows) const override {
+    return packed.defined() && fuse_inputs_ && w4_->forms_norms(packed, rows);
+  }
+
   void linear_quantized(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out) override {
     quantized_product(x, w, bias, out, false);
   }
 
   void quantized_product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate,
-                         bool silu_mul_out = false) {
-    w4_->product(x, w, bias, out, accumulate, staging_, capturing_, silu_mul_out);
+                         bool silu_mul_out = false, const cuda::W4Norms& norms = {}) {
+    w4_->product(x, w, bias, out, accumulate, staging_, capturing_, silu_mul_out, norms);
   }
 
   bool supports_graphs() const override { return true; }

@@ -32,6 +32,7 @@ W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType 
   if (const char* sums = std::getenv("TESSERA_W4_GROUP_SUMS")) group_sums_mode_ = std::string(sums) == "0" ? 0 : 1;
   if (const char* wide = std::getenv("TESSERA_W4_WIDE")) wide_mode_ = std::string(wide) == "0" ? 0 : 1;
   if (const char* pairs = std::getenv("TESSERA_W4_PAIRS")) pairs_mode_ = std::string(pairs) == "0" ? 0 : 1;
+  if (const char* norms = std::getenv("TESSERA_W4_NORMS")) norms_mode_ = std::string(norms) == "0" ? 0 : 1;
 }
 
 template <typename Run, typename Applies>
@@ -53,9 +54,11 @@ size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool 
     timings += fmt::format(" {:.1f}", s * 1e6);
     if (s < best_s) best = i, best_s = s;
   }
-  log_debug("linear_quantized m={} n={} k={}{}{}: µs (dequantize + cublaslt, kernels){}: #{}", std::get<0>(key),
+  const int stored = std::get<5>(key);
+  log_debug("linear_quantized m={} n={} k={}{}{}{}{}: µs (dequantize + cublaslt, kernels){}: #{}", std::get<0>(key),
             std::get<1>(key), std::get<2>(key), std::get<4>(key) ? " tiled" : "",
-            std::get<5>(key) == static_cast<int>(W4Store::kSiluMul) ? " silu_mul" : "", timings, best);
+            stored % 4 == static_cast<int>(W4Store::kSiluMul) ? " silu_mul" : "", stored & 4 ? " norm_read" : "",
+            stored & 8 ? " norm_ahead" : "", timings, best);
   return choices_[key] = best;
 }
 
@@ -91,7 +94,7 @@ QuantizedWeight W4Linear::upload(const QuantizedWeight& host) {
 
 // out (=|+=) x · dequantize(w)ᵀ (+ bias), or silu(gate) · up of it.
 void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate,
-                       bool staging, bool capturing, bool silu_mul) {
+                       bool staging, bool capturing, bool silu_mul, const W4Norms& norms) {
   const int64_t m = x.dim(0), n = w.out_features, k = w.in_features;
   if (x.dim(1) != k || out.dim(0) != m || out.dim(1) != (silu_mul ? n / 2 : n) || out.dtype() != x.dtype() ||
       reinterpret_cast<uintptr_t>(x.raw_data()) % 16 != 0) {
@@ -102,16 +105,26 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
     throw Error(ErrorKind::kInternal, fmt::format("cuda linear_quantized: no SiLU·mul store for this weight at {} "
                                                   "rows{}", m, accumulate ? " (or into a sum)" : ""));
   }
+  const bool with_norms = norms.input_sums != nullptr || norms.ahead_sums != nullptr;
+  if (with_norms && !forms_norms(w, m)) {
+    throw Error(ErrorKind::kInternal, fmt::format("cuda linear_quantized: no RMSNorm in the store for this weight "
+                                                  "at {} rows", m));
+  }
   const bool paired = w.backend_layout == kPairedTiles;
   const W4Store store = silu_mul ? W4Store::kSiluMul : paired ? W4Store::kPairedRows : W4Store::kRows;
+  check_w4_store(store, m, n, accumulate, norms, "cuda linear_quantized");
+  const int stored = static_cast<int>(store) + (norms.input_sums ? 4 : 0) + (norms.ahead_sums ? 8 : 0);
   if (staging) return;
   const auto* qweight = static_cast<const uint32_t*>(w.qweight.raw_data());
   dispatch(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* bias_ptr = bias.defined() ? ptr<T>(bias) : nullptr;
     // Candidates are timed into a scratch output (`out` may be the residual
-    // they add to), if it fits one that needs no allocation (gemm.h).
+    // they add to), if it fits one that needs no allocation (gemm.h); one
+    // forming a norm ahead adds into it, whatever it holds, as its store
+    // must (the formed input and sums it leaves are rewritten by the real call).
     Tensor scratch;
+    const bool add_when_timed = norms.ahead_sums != nullptr;
     auto timed = [&](const auto& run) {
       return [&](size_t candidate) {
         T* target = static_cast<T*>(gemm_.timing_output(out.nbytes()));
@@ -119,7 +132,7 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
           if (!scratch.defined()) scratch = Tensor::empty(out.shape(), out.dtype(), allocator_);
           target = ptr<T>(scratch);
         }
-        run(candidate, target, false);
+        run(candidate, target, add_when_timed);
       };
     };
     auto dequantize_gemm = [&](auto dequantize, T* target, bool add) {
@@ -146,20 +159,20 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
           const Kernel& kernel = kKernels[candidate - 1];
           if (kernel.pipeline == W4Pipeline::kGroupSums) {
             return launch_w4a16_group_sums<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
-                                              kernel.group_sums, target, stream_, add, store);
+                                              kernel.group_sums, target, stream_, add, store, norms);
           }
           if (kernel.pipeline == W4Pipeline::kWideRows) {
             return launch_w4a16_wide<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
-                                        kernel.row_warps, target, stream_, add, store);
+                                        kernel.row_warps, target, stream_, add, store, norms);
           }
           launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, kernel.row_warps,
-                              kernel.pipeline, target, stream_, add, store);
+                              kernel.pipeline, target, stream_, add, store, norms);
         };
         const size_t candidates = m > kW4MmaMaxRows   ? 1
                                   : stages_mode_ == 0 ? 1 + kKernelsWithoutStages
                                                       : 1 + std::size(kKernels);
         auto applies = [&](size_t candidate) {
-          if (candidate == 0) return !silu_mul;  // a dense product would need a buffer of its own
+          if (candidate == 0) return !silu_mul && !with_norms;  // a dense product stores neither
           if (candidate == 1) return true;
           const Kernel& kernel = kKernels[candidate - 1];
           if (kernel.pipeline == W4Pipeline::kGroupSums) {
@@ -170,7 +183,7 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
           }
           return true;
         };
-        run(choice({m, n, k, x.dtype(), true, static_cast<int>(store)}, candidates, false, capturing, timed(run),
+        run(choice({m, n, k, x.dtype(), true, stored}, candidates, false, capturing, timed(run),
                    applies),
             ptr<T>(out), accumulate);
       }

@@ -27,7 +27,8 @@ class W4Linear {
 
   // kernel_capability: what the loaded kernel image runs as (tiles need 8.0).
   // Reads TESSERA_W4_GEMV, TESSERA_W4_TILES, TESSERA_W4_STAGES,
-  // TESSERA_W4_GROUP_SUMS, TESSERA_W4_WIDE and TESSERA_W4_PAIRS.
+  // TESSERA_W4_GROUP_SUMS, TESSERA_W4_WIDE, TESSERA_W4_PAIRS and
+  // TESSERA_W4_NORMS.
   W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
            TimePerCall time_per_call);
 
@@ -45,6 +46,14 @@ class W4Linear {
     return w.backend_layout == kPairedTiles && rows <= kW4MmaMaxRows && gemv_mode_ != 0;
   }
 
+  // Whether product(..., norms) runs for this uploaded weight at `rows`
+  // rows: tiles, up to kW4NormRows rows, a tensor-core kernel's; off with
+  // TESSERA_W4_NORMS=0.
+  bool forms_norms(const QuantizedWeight& w, int64_t rows) const {
+    return w.backend_layout != 0 && rows <= kW4NormRows && gemv_mode_ != 0 && norms_mode_ != 0 &&
+           w.in_features % 16 == 0 && w.out_features % 16 == 0;
+  }
+
   // The 4-bit paths, each shape's first call timing the candidates on the real
   // operands and keeping the fastest: on tiled weights the tensor-core kernel's
   // pipelines and row warps (kKernels; up to kW4MmaMaxRows rows) against
@@ -54,14 +63,16 @@ class W4Linear {
   // staging: uploads only, no kernels; capturing: the stream records a graph
   // (no timing there: a shape recorded has run before). silu_mul (where
   // stores_silu_mul): out [m, n / 2] = silu(gate) · up of the product, with
-  // the bits of the product stored and then the SiLU·mul op.
+  // the bits of the product stored and then the SiLU·mul op. norms (where
+  // forms_norms): an RMSNorm formed ahead or read (w4a16.h, W4Norms).
   void product(const Tensor& x, const QuantizedWeight& w, const Tensor& bias, Tensor& out, bool accumulate,
-               bool staging, bool capturing, bool silu_mul = false);
+               bool staging, bool capturing, bool silu_mul = false, const W4Norms& norms = {});
 
  private:
   // QuantizedWeight::backend_layout of the uploads.
   static constexpr int kTiles = 1, kPairedTiles = 2;
-  // rows, out, in, activation dtype, tiled, how the rows are stored (W4Store)
+  // rows, out, in, activation dtype, tiled, how the rows are stored (W4Store,
+  // + 4 reading a norm formed ahead, + 8 forming one)
   using Key = std::tuple<int64_t, int64_t, int64_t, DType, bool, int>;
 
   // The tensor-core 4-bit kernels a shape's first call times: the
@@ -117,6 +128,7 @@ class W4Linear {
   int group_sums_mode_ = -1;  // TESSERA_W4_GROUP_SUMS=0: no group-sum candidates (to compare against)
   int wide_mode_ = -1;        // TESSERA_W4_WIDE=0: no wide-row candidates (to compare against)
   int pairs_mode_ = -1;       // TESSERA_W4_PAIRS=0: plain tiles for gate | up too (to compare against)
+  int norms_mode_ = -1;       // TESSERA_W4_NORMS=0: no RMSNorm in the stores (to compare against)
   std::map<Key, size_t> choices_;  // per 4-bit shape: the candidate choice() picked
 };
 
