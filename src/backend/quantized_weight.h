@@ -39,9 +39,14 @@ struct QuantizedWeight {
   // CUDA backend's tensor-core tiles, backend/cuda/w4a16.h: which kind of
   // tiles); only that backend reads it.
   int backend_layout = 0;
+  // A second copy in another layout that a backend keeps for products of many
+  // rows (the CUDA backend's Hopper GEMM, backend/cuda/w4a16_sm90.h: packed
+  // weights, scales, zeros), empty where it keeps none; only that backend
+  // reads them. A product reads one of the two copies.
+  Tensor gemm_qweight, gemm_scales, gemm_zeros;
 
   bool defined() const { return qweight.defined(); }
-  // Bytes a forward reads: the packed weights, scales and zeros.
+  // Bytes a forward reads: the packed weights, scales and zeros (of the first copy).
   size_t nbytes() const { return qweight.nbytes() + scales.nbytes() + zeros.nbytes(); }
 };
 

@@ -221,6 +221,9 @@ class UploadProgress {
     add(uploaded.qweight);
     add(uploaded.scales);
     add(uploaded.zeros);
+    add(uploaded.gemm_qweight);
+    add(uploaded.gemm_scales);
+    add(uploaded.gemm_zeros);
   }
   void layer_done(int64_t layers) {
     if (!enabled_ || seconds() < next_) return;

@@ -1,0 +1,52 @@
+// The 4-bit (AWQ) product on Hopper's warpgroup tensor cores: CUTLASS's
+// sm_90a mixed-input GEMM (w4a16_sm90.cu), for decode batches past the
+// mma.sync kernels' best rows and for prefill, where those kernels (one
+// 8-token tile an mma.sync, one block an SM at 64 rows) or dequantize +
+// cuBLASLt (16-bit weights written and read again every product) are slower.
+// It reads its own copy of the weights, made at upload from the canonical
+// layout (backend/quantized_weight.h):
+//   packed  u4 [n, k] in CUTLASS's reordered operand order (each thread's
+//           values of a k-block contiguous, nibbles 0,2,4,6,1,3,5,7), n · k / 2 bytes
+//   scales  T  [k / g, n]
+//   zeros   T  [k / g, n]   = -zero · scale, so W = q · scale + zeros
+// T is __half or __nv_bfloat16 (the activations' type); the products
+// accumulate in f32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tessera::backend::cuda {
+
+// True when this build holds the kernels (its architectures include 90 and
+// the CUTLASS headers were found at configure time).
+bool w4_sm90_built();
+
+// Shapes the kernels take: k % 64 == 0, g % 64 == 0 (a group spans whole
+// k-blocks of 64), n % 128 == 0: whole tiles of weight rows. (The reordered
+// layout tiles 16 rows, so a ragged last 16 would lie past the copy's
+// n · k / 2 bytes; rows of 24, 264 and 1000 gave wrong products on an H100,
+// and only multiples of 128 were seen right. Models' rows are.)
+bool w4_sm90_supported(int64_t n, int64_t k, int64_t group_size);
+
+// Token rows a thread block takes (the GEMM's N tile; its M tile is 128
+// weight rows, two consumer warpgroups). The caller times them.
+inline constexpr int kW4Sm90TokenTiles[] = {16, 32, 64, 128};
+
+// Canonical layout (device pointers) -> the three tensors above.
+template <typename T>
+void launch_w4_sm90_pack(const uint32_t* qweight, const __half* scales, const uint8_t* zeros, int64_t n, int64_t k,
+                         int64_t group_size, uint8_t* packed, T* gemm_scales, T* gemm_zeros, cudaStream_t stream);
+
+// out [m, n] = x [m, k] · Wᵀ, or out += that with accumulate; x and out
+// 16-byte aligned. token_tile: one of kW4Sm90TokenTiles. Compute capability
+// 9.0 only; throws Error(kInternal) where CUTLASS cannot run the shape.
+template <typename T>
+void launch_w4a16_sm90(const T* x, const uint8_t* packed, const T* gemm_scales, const T* gemm_zeros, int64_t m,
+                       int64_t n, int64_t k, int64_t group_size, int token_tile, T* out, cudaStream_t stream,
+                       bool accumulate);
+
+}  // namespace tessera::backend::cuda
