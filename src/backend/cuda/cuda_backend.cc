@@ -90,7 +90,8 @@ class CudaBackend final : public Backend {
     }
     if (const char* fused = std::getenv("TESSERA_FUSED_INPUT")) fuse_inputs_ = std::string(fused) != "0";
     if (const char* fused = std::getenv("TESSERA_FUSED_ROPE")) fuse_rope_ = std::string(fused) != "0";
-    w4_ = std::make_unique<cuda::W4Linear>(stream_, *allocator_, *gemm_, compute_dtype_, kernel_capability_, cold);
+    w4_ = std::make_unique<cuda::W4Linear>(stream_, *allocator_, *gemm_, compute_dtype_, kernel_capability_,
+                                           device_capability_, cold);
   }
 
   ~CudaBackend() override {

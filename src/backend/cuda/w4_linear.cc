@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <fmt/format.h>
 
+#include <bit>
 #include <cstdlib>
 #include <iterator>
 #include <string>
@@ -19,12 +20,13 @@
 namespace tessera::backend::cuda {
 
 W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
-                   TimePerCall time_per_call)
+                   int device_capability, TimePerCall time_per_call)
     : stream_(stream),
       allocator_(allocator),
       gemm_(gemm),
       compute_dtype_(compute_dtype),
       kernel_capability_(kernel_capability),
+      device_capability_(device_capability),
       time_per_call_(std::move(time_per_call)) {
   if (const char* w4 = std::getenv("TESSERA_W4_GEMV")) gemv_mode_ = std::string(w4) == "1" ? 1 : 0;
   if (const char* tiles = std::getenv("TESSERA_W4_TILES")) tiles_mode_ = std::string(tiles) == "0" ? 0 : 1;
@@ -33,6 +35,7 @@ W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType 
   if (const char* wide = std::getenv("TESSERA_W4_WIDE")) wide_mode_ = std::string(wide) == "0" ? 0 : 1;
   if (const char* pairs = std::getenv("TESSERA_W4_PAIRS")) pairs_mode_ = std::string(pairs) == "0" ? 0 : 1;
   if (const char* norms = std::getenv("TESSERA_W4_NORMS")) norms_mode_ = std::string(norms) == "0" ? 0 : 1;
+  if (const char* sm90 = std::getenv("TESSERA_W4_SM90")) sm90_mode_ = std::string(sm90) == "0" ? 0 : std::string(sm90) == "1" ? 1 : -1;
 }
 
 template <typename Run, typename Applies>
@@ -41,8 +44,12 @@ size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool 
   if (count == 1 || gemv_mode_ == 0) return 0;
   auto it = choices_.find(key);
   if (it != choices_.end()) return it->second;
-  if (capturing || untimed_kernel) return 1;
-  size_t best = gemv_mode_ == 1 ? 1 : 0;
+  size_t first_kernel = 0;  // none applies: dequantize + cuBLASLt
+  for (size_t i = 1; i < count && first_kernel == 0; ++i) {
+    if (applies(i)) first_kernel = i;
+  }
+  if (capturing || untimed_kernel || first_kernel == 0) return first_kernel;
+  size_t best = gemv_mode_ == 1 ? first_kernel : 0;
   double best_s = 1e30;
   std::string timings;
   for (size_t i = best; i < count; ++i) {
@@ -73,6 +80,27 @@ QuantizedWeight W4Linear::upload(const QuantizedWeight& host) {
   device.qweight = copy_up(host.qweight);
   device.scales = copy_up(host.scales);
   device.zeros = copy_up(host.zeros);
+  if (uses_sm90(host)) {
+    const int64_t n = host.out_features, k = host.in_features, g = host.group_size;
+    if (!logged_sm90_) {
+      log_info("4-bit weights: a second copy for the Hopper GEMM (batches of many rows, prefill); "
+               "TESSERA_W4_SM90=0 keeps one copy");
+      logged_sm90_ = true;
+    }
+    device.gemm_qweight = Tensor::empty({n * k / 2}, DType::kU8, allocator_);
+    device.gemm_scales = Tensor::empty({k / g, n}, compute_dtype_, allocator_);
+    device.gemm_zeros = Tensor::empty({k / g, n}, compute_dtype_, allocator_);
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, float>) {
+        launch_w4_sm90_pack<T>(static_cast<const uint32_t*>(device.qweight.raw_data()),
+                               static_cast<const __half*>(device.scales.raw_data()),
+                               static_cast<const uint8_t*>(device.zeros.raw_data()), n, k, g,
+                               static_cast<uint8_t*>(device.gemm_qweight.raw_data()), ptr<T>(device.gemm_scales),
+                               ptr<T>(device.gemm_zeros), stream_);
+      }
+    });
+  }
   if (uses_tiles(host)) {
     const int64_t n = host.out_features, k = host.in_features, g = host.group_size;
     const bool paired = host.gate_up_halves && w4_pairs_supported(n) && pairs_mode_ != 0;
@@ -148,13 +176,31 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
         // (kKernels; the shared-memory stages last, left out with TESSERA_W4_STAGES=0;
         // the group-sum and wide-row kernels where they apply, left out with
         // TESSERA_W4_GROUP_SUMS=0 and TESSERA_W4_WIDE=0).
+        // Then the Hopper GEMM's token tiles, where the weight has its copy
+        // (w4a16_sm90.h; rows in canonical order, so a SiLU·mul store goes
+        // through a product of its own and the op).
         const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
+        const size_t first_sm90 = 1 + std::size(kKernels);
+        const bool sm90 = w.gemm_qweight.defined();
+        auto run_sm90 = [&](int token_tile, T* target, bool add) {
+          auto gemm = [&](T* into, bool add_into) {
+            launch_w4a16_sm90<T>(ptr<T>(x), static_cast<const uint8_t*>(w.gemm_qweight.raw_data()),
+                                 ptr<T>(w.gemm_scales), ptr<T>(w.gemm_zeros), m, n, k, w.group_size, token_tile, into,
+                                 stream_, add_into);
+            if (bias.defined()) launch_add_bias<T>(into, bias_ptr, m, n, stream_);
+          };
+          if (!silu_mul) return gemm(target, add);
+          Tensor gate_up = Tensor::empty({m, n}, x.dtype(), allocator_);  // stream-ordered: reused by the pool
+          gemm(ptr<T>(gate_up), false);
+          launch_silu_mul<T>(ptr<T>(gate_up), m, n / 2, target, stream_);
+        };
         auto run = [&](size_t candidate, T* target, bool add) {
           if (candidate == 0) {
             return dequantize_gemm([&](T* dense) {
               launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_, paired);
             }, target, add);
           }
+          if (candidate >= first_sm90) return run_sm90(kW4Sm90TokenTiles[candidate - first_sm90], target, add);
           const Kernel& kernel = kKernels[candidate - 1];
           if (kernel.pipeline == W4Pipeline::kGroupSums) {
             return launch_w4a16_group_sums<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
@@ -167,11 +213,13 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
           launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, kernel.row_warps,
                               kernel.pipeline, target, stream_, add, store, norms);
         };
-        const size_t candidates = m > kW4MmaMaxRows   ? 1
-                                  : stages_mode_ == 0 ? 1 + kKernelsWithoutStages
-                                                      : 1 + std::size(kKernels);
+        const size_t candidates = first_sm90 + (sm90 ? std::size(kW4Sm90TokenTiles) : 0);
         auto applies = [&](size_t candidate) {
-          if (candidate == 0) return !silu_mul && !with_norms;  // a dense product stores neither
+          const bool only_sm90 = sm90 && sm90_mode_ == 1;
+          if (candidate == 0) return !silu_mul && !with_norms && !only_sm90;  // a dense product stores neither
+          if (candidate >= first_sm90) return !with_norms;
+          if (m > kW4MmaMaxRows || only_sm90) return false;
+          if (candidate - 1 >= kKernelsWithoutStages && stages_mode_ == 0) return false;
           if (candidate == 1) return true;
           const Kernel& kernel = kKernels[candidate - 1];
           if (kernel.pipeline == W4Pipeline::kGroupSums) {
@@ -182,8 +230,9 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
           }
           return true;
         };
-        run(choice({m, n, k, x.dtype(), true, stored}, candidates, false, capturing, timed(run),
-                   applies),
+        int64_t rows = m;  // past the tiles' kernels, one timing for each power of two
+        if (rows > kW4MmaMaxRows) rows = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(rows)));
+        run(choice({rows, n, k, x.dtype(), true, stored}, candidates, false, capturing, timed(run), applies),
             ptr<T>(out), accumulate);
       }
     } else {

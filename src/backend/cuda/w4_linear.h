@@ -14,6 +14,7 @@
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/w4a16.h"
+#include "backend/cuda/w4a16_sm90.h"
 #include "backend/quantized_weight.h"
 #include "core/buffer.h"
 #include "core/tensor.h"
@@ -25,19 +26,25 @@ class W4Linear {
   // Seconds per call of a candidate kernel (the backend's ColdTimer).
   using TimePerCall = std::function<double(const std::function<void()>& fn, int repeats)>;
 
-  // kernel_capability: what the loaded kernel image runs as (tiles need 8.0).
-  // Reads TESSERA_W4_GEMV, TESSERA_W4_TILES, TESSERA_W4_STAGES,
-  // TESSERA_W4_GROUP_SUMS, TESSERA_W4_WIDE, TESSERA_W4_PAIRS and
-  // TESSERA_W4_NORMS.
+  // kernel_capability: what the loaded kernel image runs as (tiles need 8.0);
+  // device_capability: the GPU's own (the Hopper GEMM's sm_90a code runs on
+  // 9.0 only). Reads TESSERA_W4_GEMV, TESSERA_W4_TILES, TESSERA_W4_STAGES,
+  // TESSERA_W4_GROUP_SUMS, TESSERA_W4_WIDE, TESSERA_W4_PAIRS,
+  // TESSERA_W4_NORMS and TESSERA_W4_SM90.
   W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
-           TimePerCall time_per_call);
+           int device_capability, TimePerCall time_per_call);
 
   // Where the kernel image runs mma.sync on 16-bit activations (8.0 or
   // newer) and the shape allows, the weight is repacked on the device into the
   // tensor-core kernel's tiles (w4a16.h); otherwise the canonical layout, a
   // plain copy, is what the scalar GEMV reads. A weight of gate | up halves
   // gets paired tiles (w4a16.h) where its rows allow, so that a product can
-  // store silu(gate) · up; TESSERA_W4_PAIRS=0 keeps the plain tiles.
+  // store silu(gate) · up; TESSERA_W4_PAIRS=0 keeps the plain tiles. On a
+  // 9.0 device whose build holds the Hopper GEMM (w4a16_sm90.h), a tiled
+  // weight also gets that kernel's copy (QuantizedWeight::gemm_qweight ...),
+  // rows in canonical order: twice the 4-bit bytes on the device, for
+  // products of more rows than the tiles' kernels are fast at
+  // (TESSERA_W4_SM90=0: no copy).
   QuantizedWeight upload(const QuantizedWeight& host);
 
   // Whether product(..., silu_mul = true) runs for this uploaded weight at
@@ -51,15 +58,17 @@ class W4Linear {
   // TESSERA_W4_NORMS=0.
   bool forms_norms(const QuantizedWeight& w, int64_t rows) const {
     return w.backend_layout != 0 && rows <= kW4NormRows && gemv_mode_ != 0 && norms_mode_ != 0 &&
-           w.in_features % 16 == 0 && w.out_features % 16 == 0;
+           w.in_features % 16 == 0 && w.out_features % 16 == 0 && !(sm90_mode_ == 1 && w.gemm_qweight.defined());
   }
 
   // The 4-bit paths, each shape's first call timing the candidates on the real
   // operands and keeping the fastest: on tiled weights the tensor-core kernel's
-  // pipelines and row warps (kKernels; up to kW4MmaMaxRows rows) against
-  // dequantize + cuBLASLt; on canonical weights the scalar GEMV (up to kW4GemvMaxRows rows;
-  // one row takes it untimed) against the same. More rows: dequantize into a
-  // scratch weight in the activation dtype and use cuBLASLt.
+  // pipelines and row warps (kKernels; up to kW4MmaMaxRows rows) and the
+  // Hopper GEMM's token tiles (any rows, where the weight has its copy; more
+  // than kW4MmaMaxRows rows are timed once for each power of two) against
+  // dequantize + cuBLASLt; on canonical weights the scalar GEMV (up to
+  // kW4GemvMaxRows rows; one row takes it untimed) against the same. Otherwise
+  // dequantize into a scratch weight in the activation dtype and use cuBLASLt.
   // staging: uploads only, no kernels; capturing: the stream records a graph
   // (no timing there: a shape recorded has run before). silu_mul (where
   // stores_silu_mul): out [m, n / 2] = silu(gate) · up of the product, with
@@ -71,8 +80,9 @@ class W4Linear {
  private:
   // QuantizedWeight::backend_layout of the uploads.
   static constexpr int kTiles = 1, kPairedTiles = 2;
-  // rows, out, in, activation dtype, tiled, how the rows are stored (W4Store,
-  // + 4 reading a norm formed ahead, + 8 forming one)
+  // rows (past kW4MmaMaxRows: the power of two at or above), out, in,
+  // activation dtype, tiled, how the rows are stored (W4Store, + 4 reading a
+  // norm formed ahead, + 8 forming one)
   using Key = std::tuple<int64_t, int64_t, int64_t, DType, bool, int>;
 
   // The tensor-core 4-bit kernels a shape's first call times: the
@@ -103,14 +113,19 @@ class W4Linear {
     if (!w4_tiles_supported(w.in_features, w.group_size)) return false;
     return kernel_capability_ >= 80;
   }
+  // The Hopper GEMM's copy beside the tiles.
+  bool uses_sm90(const QuantizedWeight& w) const {
+    return sm90_mode_ != 0 && device_capability_ == 90 && uses_tiles(w) &&
+           w4_sm90_supported(w.out_features, w.in_features, w.group_size);
+  }
 
   // Index of the 4-bit candidate to run, of `count` (0 is dequantize +
   // cuBLASLt; `run(i)` runs candidate i). Each shape's first call times them
   // all (never while recording a graph: a shape recorded there has run
-  // before) and remembers the fastest; untimed_kernel takes candidate 1 as it
-  // is. TESSERA_W4_GEMV=1 times only the kernels that read the packed weights
-  // (tests: a kernel wherever one applies), 0 takes dequantize + cuBLASLt.
-  // `applies(i)`: candidate i runs this shape (candidate 1 always does).
+  // before) and remembers the fastest; untimed_kernel takes the first kernel
+  // that applies as it is. TESSERA_W4_GEMV=1 times only the kernels that read
+  // the packed weights (tests: a kernel wherever one applies), 0 takes
+  // dequantize + cuBLASLt. `applies(i)`: candidate i runs this shape.
   template <typename Run, typename Applies>
   size_t choice(const Key& key, size_t count, bool untimed_kernel, bool capturing, const Run& run,
                 const Applies& applies);
@@ -121,6 +136,7 @@ class W4Linear {
   Gemm& gemm_;
   DType compute_dtype_;
   int kernel_capability_;
+  int device_capability_;
   TimePerCall time_per_call_;
   int gemv_mode_ = -1;    // TESSERA_W4_GEMV: 1 a packed-weight kernel wherever one applies, 0 dequantize; -1 timed
   int tiles_mode_ = -1;   // TESSERA_W4_TILES=0: canonical layout and the scalar GEMV even where tiles apply
@@ -129,7 +145,9 @@ class W4Linear {
   int wide_mode_ = -1;        // TESSERA_W4_WIDE=0: no wide-row candidates (to compare against)
   int pairs_mode_ = -1;       // TESSERA_W4_PAIRS=0: plain tiles for gate | up too (to compare against)
   int norms_mode_ = -1;       // TESSERA_W4_NORMS=0: no RMSNorm in the stores (to compare against)
+  int sm90_mode_ = -1;        // TESSERA_W4_SM90: 0 no Hopper GEMM copy, 1 that GEMM wherever it applies (tests)
   std::map<Key, size_t> choices_;  // per 4-bit shape: the candidate choice() picked
+  bool logged_sm90_ = false;       // the Hopper copies announced
 };
 
 }  // namespace tessera::backend::cuda
