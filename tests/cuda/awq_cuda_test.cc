@@ -25,6 +25,7 @@
 #include "../test_paths.h"
 #include "backend/backend.h"
 #include "backend/cuda/w4a16.h"
+#include "backend/cuda/w4a16_sm90.h"
 #include "engine/generate.h"
 #include "model/convert/awq_quantize.h"
 #include "model/transformer.h"
@@ -488,6 +489,80 @@ TEST_P(AwqCudaVsCpu, TilesDequantizeToTheCanonicalWeights) {
   }
 }
 
+// The Hopper GEMM (CUTLASS's mixed-input kernel, w4a16_sm90.cu) called
+// directly on an upload's copy for it, every token tile, rows from one to
+// past two of its largest tiles, plain and added into a sum; then the same
+// copy with 64 bytes overwritten (256 weights of a few rows set to 15) must
+// fail the comparison.
+TEST_P(AwqCudaVsCpu, HopperGemmEqualsDequantizeThenGemm) {
+  if (dtype_ == DType::kF32) GTEST_SKIP() << "the Hopper GEMM takes 16-bit activations";
+  if (!cuda::w4_sm90_built()) GTEST_SKIP() << "this build holds no Hopper 4-bit GEMM";
+  if (cuda_device_info(0).device_capability() != 90) GTEST_SKIP() << "sm_90a code runs on compute capability 9.0 only";
+  struct Case {
+    int64_t n, k, group;
+  };
+  const Case cases[] = {{256, 512, 128}, {384, 1024, 64}, {1024, 4096, 128}, {4096, 256, 256}};
+  uint32_t seed = 100;
+  int compared = 0;
+  const Bounds b = bounds_for(dtype_);
+  for (const Case& cs : cases) {
+    const QuantizedWeight w = random_weight(cs.n, cs.k, cs.group, seed++);
+    QuantizedWeight device = cuda_->upload_quantized_weight(w);
+    ASSERT_TRUE(device.gemm_qweight.defined()) << "no Hopper copy of [" << cs.n << ", " << cs.k << "]";
+    for (int64_t m : {1, 7, 16, 17, 64, 100, 300}) {
+      for (int tile : cuda::kW4Sm90TokenTiles) {
+        const bool accumulate = (seed % 3) == 0;
+        Tensor x = random({m, cs.k}, seed), start = random({m, cs.n}, seed + 1);
+        Tensor want = Tensor::empty({m, cs.n}, DType::kF32);
+        cpu_->linear(x, dequantize_weight(w), Tensor(), want);
+        if (accumulate) {
+          for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += start.data<float>()[i];
+        }
+        Tensor gx = cuda_->upload_weight(x), out = cuda_->upload_weight(start);
+        cuda_->synchronize();
+        dispatch_16bit([&](auto tag) {
+          using T = decltype(tag);
+          cuda::launch_w4a16_sm90<T>(static_cast<const T*>(gx.raw_data()),
+                                     static_cast<const uint8_t*>(device.gemm_qweight.raw_data()),
+                                     static_cast<const T*>(device.gemm_scales.raw_data()),
+                                     static_cast<const T*>(device.gemm_zeros.raw_data()), m, cs.n, cs.k, cs.group,
+                                     tile, static_cast<T*>(out.raw_data()), nullptr, accumulate);
+        });
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        Tensor got = cuda_->to_host_f32(out);
+        auto c = testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
+        EXPECT_TRUE(c.within(b.max_abs, b.rel_norm))
+            << "m " << m << " n " << cs.n << " k " << cs.k << " group " << cs.group << " token tile " << tile
+            << (accumulate ? " +=" : "") << " (" << dtype_name(dtype_) << "): " << c.describe();
+        ++seed;
+        ++compared;
+      }
+    }
+    if (cs.n == 256) {  // the plant, once
+      ASSERT_EQ(cudaMemset(static_cast<uint8_t*>(device.gemm_qweight.raw_data()) + 4096, 0xff, 64), cudaSuccess);
+      const int64_t m = 17;
+      Tensor x = random({m, cs.k}, 5);
+      Tensor want = Tensor::empty({m, cs.n}, DType::kF32);
+      cpu_->linear(x, dequantize_weight(w), Tensor(), want);
+      Tensor gx = cuda_->upload_weight(x), out = Tensor::empty({m, cs.n}, dtype_, cuda_->allocator());
+      cuda_->synchronize();
+      dispatch_16bit([&](auto tag) {
+        using T = decltype(tag);
+        cuda::launch_w4a16_sm90<T>(static_cast<const T*>(gx.raw_data()),
+                                   static_cast<const uint8_t*>(device.gemm_qweight.raw_data()),
+                                   static_cast<const T*>(device.gemm_scales.raw_data()),
+                                   static_cast<const T*>(device.gemm_zeros.raw_data()), m, cs.n, cs.k, cs.group, 32,
+                                   static_cast<T*>(out.raw_data()), nullptr, false);
+      });
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      Tensor got = cuda_->to_host_f32(out);
+      auto c = testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
+      EXPECT_FALSE(c.within(b.max_abs, b.rel_norm)) << "overwritten weights went unnoticed: " << c.describe();
+    }
+  }
+  EXPECT_EQ(compared, 4 * 7 * 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, AwqCudaVsCpu, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
@@ -592,6 +667,42 @@ TEST(AwqCudaModel, NormsFormedAheadEqualTheNormOps) {
     Tensor by_ops = logits_of(false), ahead = logits_of(true);
     auto c = testing::compare(ahead.data<float>(), by_ops.data<float>(), static_cast<size_t>(by_ops.numel()));
     EXPECT_TRUE(c.within(5e-2, 1e-2)) << name << " prefill logits: " << c.describe();
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// The same exports with every tiled product through the Hopper GEMM
+// (TESSERA_W4_SM90=1: its copy's rows in canonical order, SiLU·mul by the op
+// after a product of its own, qwen2_bias's bias added after it), against the
+// tiles' kernels (TESSERA_W4_SM90=0), prefill and greedy decode. In f16: the
+// GEMM rounds each weight to the activation type (q · scale + zero, with
+// -zero · scale rounded too), which in bf16 moves these models' logits by
+// about 1.6 % (an H100), against the tiles' exact (q - zero) and f16 scale.
+TEST(AwqCudaModel, HopperGemmEqualsTheTilesKernels) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  if (!cuda::w4_sm90_built()) GTEST_SKIP() << "this build holds no Hopper 4-bit GEMM";
+  if (cuda_device_info(0).device_capability() != 90) GTEST_SKIP() << "sm_90a code runs on compute capability 9.0 only";
+  for (const char* name : {"internlm2_gqa2", "qwen2_bias"}) {
+    const auto golden = testing::fixtures_dir() / "golden" / name;
+    const auto dir = std::filesystem::temp_directory_path() / "tessera-awq-cuda-sm90";
+    model::write_awq_model(golden, dir, 64);
+    const std::vector<int32_t> prompt = prompt_of_20(golden);
+    std::vector<int32_t> tokens[2];
+    auto logits_of = [&](bool sm90) {
+      setenv("TESSERA_W4_SM90", sm90 ? "1" : "0", 1);
+      auto gpu = make_cuda_backend(0, DType::kF16);
+      unsetenv("TESSERA_W4_SM90");
+      auto model = model::load_transformer(dir, *gpu);
+      EXPECT_EQ(model->weights().layers[0].gate_up_w4.gemm_qweight.defined(), sm90) << name;
+      engine::GenerateOptions options;
+      options.max_new_tokens = 12;
+      tokens[sm90] = engine::generate(*model, prompt, options).tokens;
+      return prefill_logits(*model, prompt);
+    };
+    Tensor tiles = logits_of(false), sm90 = logits_of(true);
+    auto c = testing::compare(sm90.data<float>(), tiles.data<float>(), static_cast<size_t>(tiles.numel()));
+    EXPECT_TRUE(c.within(5e-2, 1e-2)) << name << " prefill logits: " << c.describe();
+    EXPECT_EQ(tokens[1], tokens[0]) << name;
     std::filesystem::remove_all(dir);
   }
 }
