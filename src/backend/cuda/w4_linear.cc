@@ -35,7 +35,9 @@ W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType 
   if (const char* wide = std::getenv("TESSERA_W4_WIDE")) wide_mode_ = std::string(wide) == "0" ? 0 : 1;
   if (const char* pairs = std::getenv("TESSERA_W4_PAIRS")) pairs_mode_ = std::string(pairs) == "0" ? 0 : 1;
   if (const char* norms = std::getenv("TESSERA_W4_NORMS")) norms_mode_ = std::string(norms) == "0" ? 0 : 1;
-  if (const char* sm90 = std::getenv("TESSERA_W4_SM90")) sm90_mode_ = std::string(sm90) == "0" ? 0 : std::string(sm90) == "1" ? 1 : -1;
+  if (const char* sm90 = std::getenv("TESSERA_W4_SM90")) {
+    sm90_mode_ = std::string(sm90) == "0" ? 0 : std::string(sm90) == "1" ? 1 : -1;
+  }
 }
 
 template <typename Run, typename Applies>
