@@ -2,8 +2,10 @@
 # Puts FlashInfer's CUDA headers (and the CUTLASS and CCCL its wheel ships,
 # which its Hopper kernels are written against) under third_party/flashinfer.
 # Only headers are used: tessera compiles one FlashInfer kernel, the sm_90a
-# paged prefill attention (src/backend/cuda/attention_prefill_sm90.cu); no
-# Python part of FlashInfer is installed or run. The wheel is pinned by
+# paged prefill attention (src/backend/cuda/attention_prefill_sm90.cu), and
+# one CUTLASS kernel from the same headers, the sm_90a mixed-input GEMM for
+# 4-bit weights (src/backend/cuda/w4a16_sm90.cu); no Python part of
+# FlashInfer is installed or run. The wheel is pinned by
 # version and checked against its sha256. Safe to run again: does nothing
 # once the headers are there.
 set -euo pipefail
