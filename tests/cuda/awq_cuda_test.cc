@@ -502,6 +502,31 @@ TEST_P(AwqCudaVsCpu, HopperGemmEqualsDequantizeThenGemm) {
     int64_t n, k, group;
   };
   const Case cases[] = {{256, 512, 128}, {384, 1024, 64}, {1024, 4096, 128}, {4096, 256, 256}};
+  // The GEMM of m random rows by one token tile, from random `start` when it
+  // accumulates, against the CPU's x · W (+ start).
+  auto compare_product = [&](const QuantizedWeight& w, const QuantizedWeight& device, int64_t m, int tile,
+                             bool accumulate, uint32_t seed) {
+    const int64_t n = w.out_features, k = w.in_features;
+    Tensor x = random({m, k}, seed), start = random({m, n}, seed + 1);
+    Tensor want = Tensor::empty({m, n}, DType::kF32);
+    cpu_->linear(x, dequantize_weight(w), Tensor(), want);
+    if (accumulate) {
+      for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += start.data<float>()[i];
+    }
+    Tensor gx = cuda_->upload_weight(x), out = cuda_->upload_weight(start);
+    cuda_->synchronize();
+    dispatch_16bit([&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_w4a16_sm90<T>(static_cast<const T*>(gx.raw_data()),
+                                 static_cast<const uint8_t*>(device.gemm_qweight.raw_data()),
+                                 static_cast<const T*>(device.gemm_scales.raw_data()),
+                                 static_cast<const T*>(device.gemm_zeros.raw_data()), m, n, k, w.group_size, tile,
+                                 static_cast<T*>(out.raw_data()), nullptr, accumulate);
+    });
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Tensor got = cuda_->to_host_f32(out);
+    return testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
+  };
   uint32_t seed = 100;
   int compared = 0;
   const Bounds b = bounds_for(dtype_);
@@ -512,51 +537,16 @@ TEST_P(AwqCudaVsCpu, HopperGemmEqualsDequantizeThenGemm) {
     for (int64_t m : {1, 7, 16, 17, 64, 100, 300}) {
       for (int tile : cuda::kW4Sm90TokenTiles) {
         const bool accumulate = (seed % 3) == 0;
-        Tensor x = random({m, cs.k}, seed), start = random({m, cs.n}, seed + 1);
-        Tensor want = Tensor::empty({m, cs.n}, DType::kF32);
-        cpu_->linear(x, dequantize_weight(w), Tensor(), want);
-        if (accumulate) {
-          for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += start.data<float>()[i];
-        }
-        Tensor gx = cuda_->upload_weight(x), out = cuda_->upload_weight(start);
-        cuda_->synchronize();
-        dispatch_16bit([&](auto tag) {
-          using T = decltype(tag);
-          cuda::launch_w4a16_sm90<T>(static_cast<const T*>(gx.raw_data()),
-                                     static_cast<const uint8_t*>(device.gemm_qweight.raw_data()),
-                                     static_cast<const T*>(device.gemm_scales.raw_data()),
-                                     static_cast<const T*>(device.gemm_zeros.raw_data()), m, cs.n, cs.k, cs.group,
-                                     tile, static_cast<T*>(out.raw_data()), nullptr, accumulate);
-        });
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        Tensor got = cuda_->to_host_f32(out);
-        auto c = testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
+        auto c = compare_product(w, device, m, tile, accumulate, seed++);
         EXPECT_TRUE(c.within(b.max_abs, b.rel_norm))
             << "m " << m << " n " << cs.n << " k " << cs.k << " group " << cs.group << " token tile " << tile
             << (accumulate ? " +=" : "") << " (" << dtype_name(dtype_) << "): " << c.describe();
-        ++seed;
         ++compared;
       }
     }
     if (cs.n == 256) {  // the plant, once
       ASSERT_EQ(cudaMemset(static_cast<uint8_t*>(device.gemm_qweight.raw_data()) + 4096, 0xff, 64), cudaSuccess);
-      const int64_t m = 17;
-      Tensor x = random({m, cs.k}, 5);
-      Tensor want = Tensor::empty({m, cs.n}, DType::kF32);
-      cpu_->linear(x, dequantize_weight(w), Tensor(), want);
-      Tensor gx = cuda_->upload_weight(x), out = Tensor::empty({m, cs.n}, dtype_, cuda_->allocator());
-      cuda_->synchronize();
-      dispatch_16bit([&](auto tag) {
-        using T = decltype(tag);
-        cuda::launch_w4a16_sm90<T>(static_cast<const T*>(gx.raw_data()),
-                                   static_cast<const uint8_t*>(device.gemm_qweight.raw_data()),
-                                   static_cast<const T*>(device.gemm_scales.raw_data()),
-                                   static_cast<const T*>(device.gemm_zeros.raw_data()), m, cs.n, cs.k, cs.group, 32,
-                                   static_cast<T*>(out.raw_data()), nullptr, false);
-      });
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      Tensor got = cuda_->to_host_f32(out);
-      auto c = testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
+      auto c = compare_product(w, device, 17, 32, false, 5);
       EXPECT_FALSE(c.within(b.max_abs, b.rel_norm)) << "overwritten weights went unnoticed: " << c.describe();
     }
   }
