@@ -72,6 +72,18 @@ size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool 
 }
 
 QuantizedWeight W4Linear::upload(const QuantizedWeight& host) {
+  try {
+    return upload_layouts(host);
+  } catch (const Error& e) {
+    // The memory check before a load counts one copy of the 4-bit weights.
+    if (e.kind() != ErrorKind::kOutOfMemory || !logged_sm90_) throw;
+    throw Error(ErrorKind::kOutOfMemory, e.message(),
+                "every 4-bit linear is also kept in the Hopper GEMM's layout on this GPU: TESSERA_W4_SM90=0 keeps "
+                "one copy" + (e.hint().empty() ? std::string() : "; or " + e.hint()));
+  }
+}
+
+QuantizedWeight W4Linear::upload_layouts(const QuantizedWeight& host) {
   check_quantized_weight(host, "upload_quantized_weight");
   auto copy_up = [&](const Tensor& t) {
     Tensor device = Tensor::empty(t.shape(), t.dtype(), allocator_);

@@ -44,7 +44,8 @@ class W4Linear {
   // weight also gets that kernel's copy (QuantizedWeight::gemm_qweight ...),
   // rows in canonical order: twice the 4-bit bytes on the device, for
   // products of more rows than the tiles' kernels are fast at
-  // (TESSERA_W4_SM90=0: no copy).
+  // (TESSERA_W4_SM90=0: no copy). Out of device memory once such copies
+  // are made, the error's hint names TESSERA_W4_SM90=0.
   QuantizedWeight upload(const QuantizedWeight& host);
 
   // Whether product(..., silu_mul = true) runs for this uploaded weight at
@@ -113,6 +114,8 @@ class W4Linear {
     if (!w4_tiles_supported(w.in_features, w.group_size)) return false;
     return kernel_capability_ >= 80;
   }
+  // upload's work: the canonical copy, the Hopper GEMM's, the tiles.
+  QuantizedWeight upload_layouts(const QuantizedWeight& host);
   // The Hopper GEMM's copy beside the tiles.
   bool uses_sm90(const QuantizedWeight& w) const {
     return sm90_mode_ != 0 && device_capability_ == 90 && uses_tiles(w) &&
