@@ -212,6 +212,14 @@ class Backend {
   // Moves a host QuantizedWeight (canonical layout) to this backend, in the
   // layout its kernel reads.
   virtual QuantizedWeight upload_quantized_weight(const QuantizedWeight& host);
+  // Before a model's upload: the bytes its weights will take here, of them
+  // the 4-bit linears'. A backend that would keep the 4-bit weights twice
+  // (CUDA on Hopper, cuda/w4_linear.h) keeps one copy where two would leave
+  // too little memory, and logs it.
+  virtual void plan_quantized_copies(size_t weight_bytes, size_t packed_bytes) {
+    (void)weight_bytes;
+    (void)packed_bytes;
+  }
   // out = x · dequantize(weight)ᵀ (+ bias)  x [n, in], bias [out] or undefined, out [n, out] (compute dtype)
   virtual void linear_quantized(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias, Tensor& out);
 };

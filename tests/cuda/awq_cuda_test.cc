@@ -25,6 +25,7 @@
 #include "../test_paths.h"
 #include "backend/backend.h"
 #include "backend/cuda/w4a16.h"
+#include "backend/cuda/w4_linear.h"
 #include "backend/cuda/w4a16_sm90.h"
 #include "engine/generate.h"
 #include "model/convert/awq_quantize.h"
@@ -78,6 +79,19 @@ TEST(W4Tiles, OnlyGroupsOfAPowerOfTwoOfChunksAreTiled) {
   EXPECT_FALSE(cuda::w4_tiles_supported(4096, 32)) << "half a chunk a group";
   EXPECT_FALSE(cuda::w4_tiles_supported(96, 32)) << "k not whole chunks";
   EXPECT_FALSE(cuda::w4_tiles_supported(4160, 128)) << "k not whole groups";
+}
+
+// Whether the Hopper GEMM's second copy of the 4-bit weights is made (host
+// code: runs without a GPU too): only where both copies leave a quarter of
+// the device for the KV cache.
+TEST(W4Linear, SecondCopiesOnlyWhereTheyLeaveAQuarterOfTheDevice) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  EXPECT_TRUE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 5 * kGiB, 4 * kGiB)) << "a 7B export on 80 GiB";
+  EXPECT_TRUE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 13 * kGiB, 11 * kGiB)) << "a 20B export on 80 GiB";
+  EXPECT_FALSE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 38 * kGiB, 35 * kGiB)) << "a 70B export on 80 GiB";
+  EXPECT_FALSE(cuda::second_copies_fit(20 * kGiB, 24 * kGiB, 12 * kGiB, 10 * kGiB)) << "fits once, not twice";
+  EXPECT_TRUE(cuda::second_copies_fit(60 * kGiB, 80 * kGiB, 30 * kGiB, 10 * kGiB)) << "a quarter exactly";
+  EXPECT_FALSE(cuda::second_copies_fit(60 * kGiB, 80 * kGiB, 30 * kGiB, 10 * kGiB + 1)) << "a byte less";
 }
 
 class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {

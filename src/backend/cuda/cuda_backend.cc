@@ -536,6 +536,9 @@ class CudaBackend final : public Backend {
   bool supports_quantized_linear() const override { return true; }
 
   QuantizedWeight upload_quantized_weight(const QuantizedWeight& host) override { return w4_->upload(host); }
+  void plan_quantized_copies(size_t weight_bytes, size_t packed_bytes) override {
+    w4_->plan_copies(weight_bytes, packed_bytes);
+  }
   // Paired tiles of gate | up up to the tensor-core kernels' rows: SiLU·mul
   // in the product's store, one kernel fewer a decode layer.
   bool stores_silu_mul(const QuantizedWeight& packed, int64_t rows) const override {

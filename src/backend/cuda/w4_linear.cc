@@ -71,6 +71,19 @@ size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool 
   return choices_[key] = best;
 }
 
+void W4Linear::plan_copies(size_t weight_bytes, size_t packed_bytes) {
+  if (sm90_mode_ == 0 || device_capability_ != 90 || !w4_sm90_built() || packed_bytes == 0) return;
+  size_t free = 0, total = 0;
+  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  if (second_copies_fit(free, total, weight_bytes, packed_bytes)) return;
+  sm90_mode_ = 0;
+  const double gib = double(1ull << 30);
+  log_warning("4-bit weights: one copy on this GPU, none for the Hopper GEMM (batches of many rows take "
+              "dequantize + cuBLASLt): the weights take {:.1f} GiB and a second copy {:.1f} GiB more, of {:.1f} GiB "
+              "free, which would leave less than a quarter of the {:.1f} GiB for the KV cache",
+              weight_bytes / gib, packed_bytes / gib, free / gib, total / gib);
+}
+
 QuantizedWeight W4Linear::upload(const QuantizedWeight& host) {
   try {
     return upload_layouts(host);

@@ -21,6 +21,14 @@
 
 namespace tessera::backend::cuda {
 
+// Whether a model's weights (weight_bytes, with packed_bytes of 4-bit
+// linears among them) leave, kept with a second copy of the 4-bit ones, a
+// quarter of the device's memory for the KV cache and the steps' workspace.
+// free, total: the device's memory before the upload.
+inline bool second_copies_fit(size_t free, size_t total, size_t weight_bytes, size_t packed_bytes) {
+  return free >= weight_bytes + packed_bytes && free - weight_bytes - packed_bytes >= total / 4;
+}
+
 class W4Linear {
  public:
   // Seconds per call of a candidate kernel (the backend's ColdTimer).
@@ -47,6 +55,11 @@ class W4Linear {
   // (TESSERA_W4_SM90=0: no copy). Out of device memory once such copies
   // are made, the error's hint names TESSERA_W4_SM90=0.
   QuantizedWeight upload(const QuantizedWeight& host);
+
+  // Before a model's upload (Backend::plan_quantized_copies): where the
+  // Hopper copies would be made and second_copies_fit says no, none is made,
+  // with a warning.
+  void plan_copies(size_t weight_bytes, size_t packed_bytes);
 
   // Whether product(..., silu_mul = true) runs for this uploaded weight at
   // `rows` rows: paired tiles, a tensor-core kernel's rows.
