@@ -196,14 +196,7 @@ void launch_w4a16_sm90(const T* x, const uint8_t* packed, const T* gemm_scales, 
   }
 }
 
-template void launch_w4_sm90_pack<__half>(const uint32_t*, const __half*, const uint8_t*, int64_t, int64_t, int64_t,
-                                          uint8_t*, __half*, __half*, cudaStream_t);
-template void launch_w4_sm90_pack<__nv_bfloat16>(const uint32_t*, const __half*, const uint8_t*, int64_t, int64_t,
-                                                 int64_t, uint8_t*, __nv_bfloat16*, __nv_bfloat16*, cudaStream_t);
-template void launch_w4a16_sm90<__half>(const __half*, const uint8_t*, const __half*, const __half*, int64_t, int64_t,
-                                        int64_t, int64_t, int, __half*, cudaStream_t, bool);
-template void launch_w4a16_sm90<__nv_bfloat16>(const __nv_bfloat16*, const uint8_t*, const __nv_bfloat16*,
-                                               const __nv_bfloat16*, int64_t, int64_t, int64_t, int64_t, int,
-                                               __nv_bfloat16*, cudaStream_t, bool);
+TESSERA_W4_SM90_INSTANTIATE(__half)
+TESSERA_W4_SM90_INSTANTIATE(__nv_bfloat16)
 
 }  // namespace tessera::backend::cuda

@@ -49,4 +49,12 @@ void launch_w4a16_sm90(const T* x, const uint8_t* packed, const T* gemm_scales, 
                        int64_t n, int64_t k, int64_t group_size, int token_tile, T* out, cudaStream_t stream,
                        bool accumulate);
 
+// The launchers' instantiations for one T, in w4a16_sm90.cu and in
+// w4a16_sm90_absent.cc (the build without the kernels).
+#define TESSERA_W4_SM90_INSTANTIATE(T)                                                                              \
+  template void launch_w4_sm90_pack<T>(const uint32_t*, const __half*, const uint8_t*, int64_t, int64_t, int64_t,  \
+                                       uint8_t*, T*, T*, cudaStream_t);                                            \
+  template void launch_w4a16_sm90<T>(const T*, const uint8_t*, const T*, const T*, int64_t, int64_t, int64_t,      \
+                                     int64_t, int, T*, cudaStream_t, bool);
+
 }  // namespace tessera::backend::cuda
