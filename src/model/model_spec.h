@@ -39,6 +39,10 @@ struct QuantizationConfig {
   std::string version;     // "gemm"
 
   bool awq() const { return method == "awq"; }
+  // Bytes of `params` weights packed on a GPU: `bits` each, and 4 bytes a
+  // group of scale and zero point (one word in the tiles, two 16-bit values
+  // in the Hopper GEMM's copy).
+  int64_t packed_bytes(int64_t params) const { return params * bits / 8 + params / group_size * 4; }
 };
 
 struct ModelSpec {

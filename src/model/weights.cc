@@ -254,7 +254,7 @@ ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, con
     const int64_t q = shard.num_heads * spec.head_dim, kv = shard.num_kv_heads * spec.head_dim;
     const int64_t linear = (q + 2 * kv) * spec.hidden_size + spec.hidden_size * q +
                            3 * shard.intermediate_size * spec.hidden_size;
-    const int64_t packed = spec.num_layers * (linear / 2 + linear / spec.quantization.group_size * 4);
+    const int64_t packed = spec.num_layers * spec.quantization.packed_bytes(linear);
     const int64_t dense = 2 * spec.vocab_size * spec.hidden_size * (spec.tie_word_embeddings ? 1 : 2);
     backend.plan_quantized_copies(static_cast<size_t>(packed + dense), static_cast<size_t>(packed));
   }
