@@ -504,10 +504,10 @@ TEST_P(AwqCudaVsCpu, TilesDequantizeToTheCanonicalWeights) {
 }
 
 // The Hopper GEMM (CUTLASS's mixed-input kernel, w4a16_sm90.cu) called
-// directly on an upload's copy for it, every token tile, rows from one to
-// past two of its largest tiles, plain and added into a sum; then the same
-// copy with 64 bytes overwritten (256 weights of a few rows set to 15) must
-// fail the comparison.
+// directly on an upload's copy for it, every token tile with its tiles
+// whole, by stream-K and with k split, rows from one to past two of its
+// largest tiles, plain and added into a sum; then the same copy with 64 bytes
+// overwritten (256 weights of a few rows set to 15) must fail the comparison.
 TEST_P(AwqCudaVsCpu, HopperGemmEqualsDequantizeThenGemm) {
   if (dtype_ == DType::kF32) GTEST_SKIP() << "the Hopper GEMM takes 16-bit activations";
   if (!cuda::w4_sm90_built()) GTEST_SKIP() << "this build holds no Hopper 4-bit GEMM";
@@ -516,30 +516,46 @@ TEST_P(AwqCudaVsCpu, HopperGemmEqualsDequantizeThenGemm) {
     int64_t n, k, group;
   };
   const Case cases[] = {{256, 512, 128}, {384, 1024, 64}, {1024, 4096, 128}, {4096, 256, 256}};
-  // The GEMM of m random rows by one token tile, from random `start` when it
-  // accumulates, against the CPU's x · W (+ start).
-  auto compare_product = [&](const QuantizedWeight& w, const QuantizedWeight& device, int64_t m, int tile,
-                             bool accumulate, uint32_t seed) {
+  // m random rows (and a random `start` it adds to when it accumulates) and
+  // the CPU's x · W (+ start) of them.
+  struct Product {
+    Tensor x, start, want;
+  };
+  auto product_of = [&](const QuantizedWeight& w, int64_t m, bool accumulate, uint32_t seed) {
     const int64_t n = w.out_features, k = w.in_features;
-    Tensor x = random({m, k}, seed), start = random({m, n}, seed + 1);
-    Tensor want = Tensor::empty({m, n}, DType::kF32);
-    cpu_->linear(x, dequantize_weight(w), Tensor(), want);
+    Product p{random({m, k}, seed), random({m, n}, seed + 1), Tensor::empty({m, n}, DType::kF32)};
+    cpu_->linear(p.x, dequantize_weight(w), Tensor(), p.want);
     if (accumulate) {
-      for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += start.data<float>()[i];
+      for (int64_t i = 0; i < p.want.numel(); ++i) p.want.data<float>()[i] += p.start.data<float>()[i];
     }
-    Tensor gx = cuda_->upload_weight(x), out = cuda_->upload_weight(start);
+    return p;
+  };
+  // The GEMM of one variant on the device against the CPU's product.
+  auto compare_variant = [&](const QuantizedWeight& w, const QuantizedWeight& device, const Product& p,
+                             cuda::W4Sm90Variant variant, bool accumulate) {
+    const int64_t m = p.x.dim(0), n = w.out_features, k = w.in_features;
+    Tensor gx = cuda_->upload_weight(p.x), out = cuda_->upload_weight(p.start);
     cuda_->synchronize();
     dispatch_16bit([&](auto tag) {
       using T = decltype(tag);
+      const size_t bytes = cuda::w4a16_sm90_workspace_bytes<T>(m, n, k, w.group_size, variant);
+      void* workspace = nullptr;
+      if (bytes) {  // all bits set: the launch must clear the locks it uses
+        ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
+        ASSERT_EQ(cudaMemset(workspace, 0xff, bytes), cudaSuccess);
+      }
       cuda::launch_w4a16_sm90<T>(static_cast<const T*>(gx.raw_data()),
                                  static_cast<const uint8_t*>(device.gemm_qweight.raw_data()),
                                  static_cast<const T*>(device.gemm_scales.raw_data()),
-                                 static_cast<const T*>(device.gemm_zeros.raw_data()), m, n, k, w.group_size, tile,
-                                 static_cast<T*>(out.raw_data()), nullptr, accumulate);
+                                 static_cast<const T*>(device.gemm_zeros.raw_data()), m, n, k, w.group_size, variant,
+                                 workspace, bytes, static_cast<T*>(out.raw_data()), nullptr, accumulate);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      if (workspace) {
+        EXPECT_EQ(cudaFree(workspace), cudaSuccess);
+      }
     });
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     Tensor got = cuda_->to_host_f32(out);
-    return testing::compare(got.data<float>(), want.data<float>(), static_cast<size_t>(want.numel()));
+    return testing::compare(got.data<float>(), p.want.data<float>(), static_cast<size_t>(p.want.numel()));
   };
   uint32_t seed = 100;
   int compared = 0;
@@ -549,22 +565,31 @@ TEST_P(AwqCudaVsCpu, HopperGemmEqualsDequantizeThenGemm) {
     QuantizedWeight device = cuda_->upload_quantized_weight(w);
     ASSERT_TRUE(device.gemm_qweight.defined()) << "no Hopper copy of [" << cs.n << ", " << cs.k << "]";
     for (int64_t m : {1, 7, 16, 17, 64, 100, 300}) {
+      const bool accumulate = (seed % 3) == 0;
+      const Product p = product_of(w, m, accumulate, seed);
+      seed += 2;
       for (int tile : cuda::kW4Sm90TokenTiles) {
-        const bool accumulate = (seed % 3) == 0;
-        auto c = compare_product(w, device, m, tile, accumulate, seed++);
-        EXPECT_TRUE(c.within(b.max_abs, b.rel_norm))
-            << "m " << m << " n " << cs.n << " k " << cs.k << " group " << cs.group << " token tile " << tile
-            << (accumulate ? " +=" : "") << " (" << dtype_name(dtype_) << "): " << c.describe();
-        ++compared;
+        for (int splits : cuda::kW4Sm90Splits) {
+          auto c = compare_variant(w, device, p, {tile, splits}, accumulate);
+          EXPECT_TRUE(c.within(b.max_abs, b.rel_norm))
+              << "m " << m << " n " << cs.n << " k " << cs.k << " group " << cs.group << " token tile " << tile
+              << " splits " << splits << (accumulate ? " +=" : "") << " (" << dtype_name(dtype_)
+              << "): " << c.describe();
+          ++compared;
+        }
       }
     }
-    if (cs.n == 256) {  // the plant, once
+    if (cs.n == 256) {  // the plant, once, whole tiles and split
       ASSERT_EQ(cudaMemset(static_cast<uint8_t*>(device.gemm_qweight.raw_data()) + 4096, 0xff, 64), cudaSuccess);
-      auto c = compare_product(w, device, 17, 32, false, 5);
-      EXPECT_FALSE(c.within(b.max_abs, b.rel_norm)) << "overwritten weights went unnoticed: " << c.describe();
+      const Product p = product_of(w, 17, false, 5);
+      for (int splits : {cuda::kW4Sm90WholeTiles, 2}) {
+        auto c = compare_variant(w, device, p, {32, splits}, false);
+        EXPECT_FALSE(c.within(b.max_abs, b.rel_norm))
+            << "overwritten weights went unnoticed, splits " << splits << ": " << c.describe();
+      }
     }
   }
-  EXPECT_EQ(compared, 4 * 7 * 4);
+  EXPECT_EQ(compared, 4 * 7 * 4 * 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, AwqCudaVsCpu, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),

@@ -35,6 +35,7 @@ W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType 
   if (const char* wide = std::getenv("TESSERA_W4_WIDE")) wide_mode_ = std::string(wide) == "0" ? 0 : 1;
   if (const char* pairs = std::getenv("TESSERA_W4_PAIRS")) pairs_mode_ = std::string(pairs) == "0" ? 0 : 1;
   if (const char* norms = std::getenv("TESSERA_W4_NORMS")) norms_mode_ = std::string(norms) == "0" ? 0 : 1;
+  if (const char* splits = std::getenv("TESSERA_W4_SM90_SPLITS")) splits_mode_ = std::string(splits) == "0" ? 0 : 1;
   if (const char* sm90 = std::getenv("TESSERA_W4_SM90")) {
     sm90_mode_ = std::string(sm90) == "0" ? 0 : std::string(sm90) == "1" ? 1 : -1;
   }
@@ -82,6 +83,20 @@ void W4Linear::plan_copies(size_t weight_bytes, size_t packed_bytes) {
               "dequantize + cuBLASLt): the weights take {:.1f} GiB and a second copy {:.1f} GiB more, of {:.1f} GiB "
               "free, which would leave less than a quarter of the {:.1f} GiB for the KV cache",
               weight_bytes / gib, packed_bytes / gib, free / gib, total / gib);
+}
+
+void* W4Linear::sm90_workspace(size_t bytes, bool capturing, Tensor& pooled) {
+  if (bytes == 0) return nullptr;
+  if (!sm90_workspaces_.empty() && static_cast<size_t>(sm90_workspaces_.back().nbytes()) >= bytes) {
+    return sm90_workspaces_.back().raw_data();
+  }
+  const auto size = static_cast<int64_t>(std::bit_ceil(bytes));
+  if (capturing) {  // an allocation here would belong to the graph
+    pooled = Tensor::empty({size}, DType::kU8, allocator_);
+    return pooled.raw_data();
+  }
+  sm90_workspaces_.push_back(Tensor::empty({size}, DType::kU8, allocator_));
+  return sm90_workspaces_.back().raw_data();
 }
 
 QuantizedWeight W4Linear::upload(const QuantizedWeight& host) {
@@ -203,17 +218,21 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
         // (kKernels; the shared-memory stages last, left out with TESSERA_W4_STAGES=0;
         // the group-sum and wide-row kernels where they apply, left out with
         // TESSERA_W4_GROUP_SUMS=0 and TESSERA_W4_WIDE=0).
-        // Then the Hopper GEMM's token tiles, where the weight has its copy
+        // Then the Hopper GEMM's token tiles, each with its tiles whole, by
+        // stream-K and with k split in parts, where the weight has its copy
         // (w4a16_sm90.h; rows in canonical order, so a SiLU·mul store goes
         // through a product of its own and the op).
         const auto* scale_zero = static_cast<const uint32_t*>(w.scales.raw_data());
         const size_t first_sm90 = 1 + std::size(kKernels);
         const bool sm90 = w.gemm_qweight.defined();
-        auto run_sm90 = [&](int token_tile, T* target, bool add) {
+        auto run_sm90 = [&](W4Sm90Variant variant, T* target, bool add) {
+          const size_t workspace_bytes = w4a16_sm90_workspace_bytes<T>(m, n, k, w.group_size, variant);
+          Tensor pooled;  // only where a graph records a shape the kept workspace is too small for
+          void* workspace = sm90_workspace(workspace_bytes, capturing, pooled);
           auto gemm = [&](T* into, bool add_into) {
             launch_w4a16_sm90<T>(ptr<T>(x), static_cast<const uint8_t*>(w.gemm_qweight.raw_data()),
-                                 ptr<T>(w.gemm_scales), ptr<T>(w.gemm_zeros), m, n, k, w.group_size, token_tile, into,
-                                 stream_, add_into);
+                                 ptr<T>(w.gemm_scales), ptr<T>(w.gemm_zeros), m, n, k, w.group_size, variant,
+                                 workspace, workspace_bytes, into, stream_, add_into);
             if (bias.defined()) launch_add_bias<T>(into, bias_ptr, m, n, stream_);
           };
           if (!silu_mul) return gemm(target, add);
@@ -227,7 +246,10 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
               launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_, paired);
             }, target, add);
           }
-          if (candidate >= first_sm90) return run_sm90(kW4Sm90TokenTiles[candidate - first_sm90], target, add);
+          if (candidate >= first_sm90) {
+            const size_t variant = candidate - first_sm90, splits = std::size(kW4Sm90Splits);
+            return run_sm90({kW4Sm90TokenTiles[variant / splits], kW4Sm90Splits[variant % splits]}, target, add);
+          }
           const Kernel& kernel = kKernels[candidate - 1];
           if (kernel.pipeline == W4Pipeline::kGroupSums) {
             return launch_w4a16_group_sums<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
@@ -240,11 +262,15 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
           launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, kernel.row_warps,
                               kernel.pipeline, target, stream_, add, store, norms);
         };
-        const size_t candidates = first_sm90 + (sm90 ? std::size(kW4Sm90TokenTiles) : 0);
+        const size_t candidates =
+            first_sm90 + (sm90 ? std::size(kW4Sm90TokenTiles) * std::size(kW4Sm90Splits) : 0);
         auto applies = [&](size_t candidate) {
           const bool only_sm90 = sm90 && sm90_mode_ == 1;
           if (candidate == 0) return !silu_mul && !with_norms && !only_sm90;  // a dense product stores neither
-          if (candidate >= first_sm90) return !with_norms;
+          if (candidate >= first_sm90) {
+            const int splits = kW4Sm90Splits[(candidate - first_sm90) % std::size(kW4Sm90Splits)];
+            return !with_norms && (splits == kW4Sm90WholeTiles || splits_mode_ != 0);
+          }
           if (m > kW4MmaMaxRows || only_sm90) return false;
           if (candidate - 1 >= kKernelsWithoutStages && stages_mode_ == 0) return false;
           if (candidate == 1) return true;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/w4a16.h"
@@ -38,7 +39,7 @@ class W4Linear {
   // device_capability: the GPU's own (the Hopper GEMM's sm_90a code runs on
   // 9.0 only). Reads TESSERA_W4_GEMV, TESSERA_W4_TILES, TESSERA_W4_STAGES,
   // TESSERA_W4_GROUP_SUMS, TESSERA_W4_WIDE, TESSERA_W4_PAIRS,
-  // TESSERA_W4_NORMS and TESSERA_W4_SM90.
+  // TESSERA_W4_NORMS, TESSERA_W4_SM90 and TESSERA_W4_SM90_SPLITS.
   W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
            int device_capability, TimePerCall time_per_call);
 
@@ -78,10 +79,10 @@ class W4Linear {
   // The 4-bit paths, each shape's first call timing the candidates on the real
   // operands and keeping the fastest: on tiled weights the tensor-core kernel's
   // pipelines and row warps (kKernels; up to kW4MmaMaxRows rows) and the
-  // Hopper GEMM's token tiles (any rows, where the weight has its copy; more
-  // than kW4MmaMaxRows rows are timed once for each power of two) against
-  // dequantize + cuBLASLt; on canonical weights the scalar GEMV (up to
-  // kW4GemvMaxRows rows; one row takes it untimed) against the same. Otherwise
+  // Hopper GEMM's token tiles and k splits (any rows, where the weight has
+  // its copy; more than kW4MmaMaxRows rows are timed once for each power of
+  // two) against dequantize + cuBLASLt; on canonical weights the scalar GEMV
+  // (up to kW4GemvMaxRows rows; one row takes it untimed) against the same. Otherwise
   // dequantize into a scratch weight in the activation dtype and use cuBLASLt.
   // staging: uploads only, no kernels; capturing: the stream records a graph
   // (no timing there: a shape recorded has run before). silu_mul (where
@@ -135,6 +136,14 @@ class W4Linear {
            w4_sm90_supported(w.out_features, w.in_features, w.group_size);
   }
 
+  // A workspace of at least `bytes` for the Hopper GEMM's split variants
+  // (nullptr for none): the kept one, which every product shares (they run in
+  // stream order), grown outside graph recording; one recorded graph's
+  // products point at it, so no memory node or free is recorded. A shape
+  // recorded past the kept size (none is: each shape runs before it is
+  // recorded) takes `pooled` from the pool instead.
+  void* sm90_workspace(size_t bytes, bool capturing, Tensor& pooled);
+
   // Index of the 4-bit candidate to run, of `count` (0 is dequantize +
   // cuBLASLt; `run(i)` runs candidate i). Each shape's first call times them
   // all (never while recording a graph: a shape recorded there has run
@@ -162,7 +171,11 @@ class W4Linear {
   int pairs_mode_ = -1;       // TESSERA_W4_PAIRS=0: plain tiles for gate | up too (to compare against)
   int norms_mode_ = -1;       // TESSERA_W4_NORMS=0: no RMSNorm in the stores (to compare against)
   int sm90_mode_ = -1;        // TESSERA_W4_SM90: 0 no Hopper GEMM copy, 1 that GEMM wherever it applies (tests)
+  int splits_mode_ = -1;      // TESSERA_W4_SM90_SPLITS=0: the Hopper GEMM's whole tiles only (to compare against)
   std::map<Key, size_t> choices_;  // per 4-bit shape: the candidate choice() picked
+  // The Hopper GEMM's workspaces, the last the largest and the one in use;
+  // the ones it outgrew stay while graphs recorded before may point at them.
+  std::vector<Tensor> sm90_workspaces_;
   bool logged_sm90_ = false;       // the Hopper copies announced
 };
 

@@ -15,8 +15,12 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
+#include <utility>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -59,9 +63,12 @@ struct WeightLayout {
   __host__ __device__ static auto make(int n, int k) { return tile_to_shape(Atom{}, make_shape(n, k, 1)); }
 };
 
-template <class E, int TokenTile>
+// Scheduler: void for CUTLASS's persistent data-parallel tiles (one thread
+// block an output tile over all of k), cutlass::gemm::StreamKScheduler for
+// tiles whose k is split among blocks (w4a16_sm90.h, W4Sm90Split).
+template <class E, int TokenTile, class Scheduler>
 struct Sm90Gemm {
-  using TileShape = Shape<_128, Int<TokenTile>, _64>;
+  using TileShape = Shape<_128, Int<TokenTile>, _64>;  // weight rows, tokens, k
   using Cluster = Shape<_1, _1, _1>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, Cluster,
@@ -72,7 +79,7 @@ struct Sm90Gemm {
       typename WeightLayout<E>::Type, 32, E, cutlass::layout::ColumnMajor, 8, float, TileShape, Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
@@ -84,10 +91,10 @@ std::string shape(int64_t m, int64_t n, int64_t k, int64_t g) {
          std::to_string(g);
 }
 
-template <class E, int TokenTile>
-void run_gemm(const E* x, const uint8_t* packed, const E* scales, const E* zeros, int m, int n, int k, int g, E* out,
-              cudaStream_t stream, bool accumulate) {
-  using G = Sm90Gemm<E, TokenTile>;
+// The kernel's arguments for out [m, n] (=|+=) x · Wᵀ, its k split as asked.
+template <class G, class E>
+typename G::Adapter::Arguments arguments(const E* x, const uint8_t* packed, const E* scales, const E* zeros, int m,
+                                         int n, int k, int g, E* out, bool accumulate, int splits) {
   const auto stride_x = cutlass::make_cute_packed_stride(typename G::Kernel::StrideB{}, make_shape(m, k, 1));
   const auto stride_out = cutlass::make_cute_packed_stride(typename G::Kernel::StrideD{}, make_shape(n, m, 1));
   const auto stride_scales =
@@ -98,18 +105,111 @@ void run_gemm(const E* x, const uint8_t* packed, const E* scales, const E* zeros
       {reinterpret_cast<const cutlass::uint4b_t*>(packed), WeightLayout<E>::make(n, k), x, stride_x, scales,
        stride_scales, g, zeros},
       {{1.0f, accumulate ? 1.0f : 0.0f}, out, stride_out, out, stride_out}};
+  if constexpr (!std::is_void_v<typename G::Kernel::TileSchedulerTag>) {
+    using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
+    args.scheduler.splits = splits > 1 ? splits : 1;
+    args.scheduler.decomposition_mode = splits > 1 ? Mode::SplitK : Mode::StreamK;
+    // Partial sums meet in k's order: the same bits every call.
+    args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
+  }
+  return args;
+}
+
+template <class E, int TokenTile, class Scheduler>
+size_t gemm_workspace_bytes(int m, int n, int k, int g, int splits) {
+  using G = Sm90Gemm<E, TokenTile, Scheduler>;
+  return G::Adapter::get_workspace_size(
+      arguments<G, E>(nullptr, nullptr, nullptr, nullptr, m, n, k, g, nullptr, false, splits));
+}
+
+// Zeroes `count` words from `words`.
+__global__ void clear_words(uint32_t* words, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    words[i] = 0;
+  }
+}
+
+// Where the split kernel's locks lie in its workspace: after the partial
+// sums, as CUTLASS's stream-K fixup finds them (sm90_tile_scheduler_stream_k.hpp,
+// fixup_helper): [offset, offset + bytes). nullopt where that layout does not
+// account for the whole workspace (another CUTLASS), so the caller clears
+// them CUTLASS's way.
+template <class G>
+std::optional<std::pair<size_t, size_t>> lock_range(const typename G::Kernel::Params& params, size_t workspace_bytes) {
+  using SchedulerParams = typename G::Kernel::TileSchedulerParams;
+  const SchedulerParams& p = params.scheduler;
+  const uint64_t tiles = p.divmod_splits_.divisor > 1     ? p.units_per_problem_
+                         : p.requires_separate_reduction() ? p.sk_tiles_ * SchedulerParams::max_peers_per_tile(
+                                                                                p.sk_units_, p.sk_tiles_)
+                                                           : p.sk_tiles_;
+  const size_t offset = SchedulerParams::get_reduction_workspace_size(
+      tiles, cutlass::gemm::to_gemm_coord(typename G::TileShape{}),
+      cutlass::sizeof_bits<float>::value);
+  const size_t bytes = SchedulerParams::get_barrier_workspace_size(
+      tiles, G::Kernel::NumMmaWarpGroups, cutlass::sizeof_bits<typename G::Kernel::TileScheduler::BarrierType>::value);
+  if (offset + bytes != workspace_bytes || bytes % 4 != 0) return std::nullopt;
+  return std::make_pair(offset, bytes);
+}
+
+template <class E, int TokenTile, class Scheduler>
+void run_gemm(const E* x, const uint8_t* packed, const E* scales, const E* zeros, int m, int n, int k, int g, E* out,
+              cudaStream_t stream, bool accumulate, int splits, void* workspace, size_t workspace_bytes) {
+  using G = Sm90Gemm<E, TokenTile, Scheduler>;
+  const auto args = arguments<G, E>(x, packed, scales, zeros, m, n, k, g, out, accumulate, splits);
+  const size_t needed = G::Adapter::get_workspace_size(args);
   typename G::Adapter gemm;
   cutlass::Status status = gemm.can_implement(args);
-  if (status == cutlass::Status::kSuccess && G::Adapter::get_workspace_size(args) != 0) {
-    status = cutlass::Status::kErrorWorkspaceNull;  // data-parallel tiles need none; none is given
+  if (status == cutlass::Status::kSuccess && needed > workspace_bytes) status = cutlass::Status::kErrorWorkspaceNull;
+  if (status == cutlass::Status::kSuccess) {
+    // CUTLASS's initialize() clears a split kernel's locks with a memset,
+    // which in a CUDA graph took about 1.5 µs of host time a node at each
+    // replay (an H100's 4-bit step at 128 rows: 156 against 13 µs); a kernel
+    // node clears them instead where the workspace's layout is as expected.
+    typename G::Kernel::Params params = G::Kernel::to_underlying_arguments(args, workspace);
+    std::optional<std::pair<size_t, size_t>> locks;
+    if constexpr (!std::is_void_v<Scheduler>) {
+      if (needed > 0) locks = lock_range<G>(params, needed);
+    }
+    if (needed > 0 && !locks) {
+      status = gemm.initialize(args, workspace, stream);
+      if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
+    } else {
+      if (locks && locks->second > 0) {
+        const int64_t words = int64_t(locks->second / 4);
+        clear_words<<<unsigned(std::min<int64_t>((words + 255) / 256, 64)), 256, 0, stream>>>(
+            reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + locks->first), words);
+        TESSERA_CUDA_CHECK(cudaGetLastError());
+      }
+      constexpr int kSharedBytes = G::Kernel::SharedStorageSize;
+      TESSERA_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<typename G::Kernel>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+      status = G::Adapter::run(params, stream);
+    }
   }
-  if (status == cutlass::Status::kSuccess) status = gemm.initialize(args, nullptr, stream);
-  if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
   if (status != cutlass::Status::kSuccess) {
     throw Error(ErrorKind::kInternal, "w4a16_sm90: CUTLASS cannot run " + shape(m, n, k, g) + " at a token tile of " +
-                                          std::to_string(TokenTile) + ": " + cutlassGetStatusString(status));
+                                          std::to_string(TokenTile) + ", split " + std::to_string(splits) + ": " +
+                                          cutlassGetStatusString(status));
   }
   TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+// Calls f.template operator()<TokenTile, Scheduler>() for a variant.
+template <class F>
+auto with_variant(W4Sm90Variant variant, const F& f) {
+  auto by_scheduler = [&]<int TokenTile>() {
+    if (variant.splits == kW4Sm90WholeTiles) return f.template operator()<TokenTile, void>();
+    return f.template operator()<TokenTile, cutlass::gemm::StreamKScheduler>();
+  };
+  switch (variant.token_tile) {
+    case 16: return by_scheduler.template operator()<16>();
+    case 32: return by_scheduler.template operator()<32>();
+    case 64: return by_scheduler.template operator()<64>();
+    case 128: return by_scheduler.template operator()<128>();
+    default:
+      throw Error(ErrorKind::kInternal,
+                  "w4a16_sm90: no kernel of " + std::to_string(variant.token_tile) + " token rows");
+  }
 }
 
 // One thread a canonical word (8 inputs of a row): each nibble goes to its
@@ -148,6 +248,13 @@ unsigned blocks_for(int64_t work) {
   return static_cast<unsigned>(std::min<int64_t>((work + 255) / 256, 65536));
 }
 
+// Shapes the launcher takes.
+void check_shape(int64_t m, int64_t n, int64_t k, int64_t group_size) {
+  if (!w4_sm90_supported(n, k, group_size) || m <= 0 || m > std::numeric_limits<int32_t>::max() / 2) {
+    throw Error(ErrorKind::kInternal, "w4a16_sm90: " + shape(m, n, k, group_size) + " is not a shape of this kernel");
+  }
+}
+
 }  // namespace
 
 bool w4_sm90_built() { return true; }
@@ -174,26 +281,26 @@ void launch_w4_sm90_pack(const uint32_t* qweight, const __half* scales, const ui
 }
 
 template <typename T>
-void launch_w4a16_sm90(const T* x, const uint8_t* packed, const T* gemm_scales, const T* gemm_zeros, int64_t m,
-                       int64_t n, int64_t k, int64_t group_size, int token_tile, T* out, cudaStream_t stream,
-                       bool accumulate) {
-  if (!w4_sm90_supported(n, k, group_size) || m <= 0 || m > std::numeric_limits<int32_t>::max() / 2) {
-    throw Error(ErrorKind::kInternal, "w4a16_sm90: " + shape(m, n, k, group_size) + " is not a shape of this kernel");
-  }
+size_t w4a16_sm90_workspace_bytes(int64_t m, int64_t n, int64_t k, int64_t group_size, W4Sm90Variant variant) {
+  check_shape(m, n, k, group_size);
   using E = typename CutlassType<T>::type;
-  const auto* ex = reinterpret_cast<const E*>(x);
-  const auto* es = reinterpret_cast<const E*>(gemm_scales);
-  const auto* ez = reinterpret_cast<const E*>(gemm_zeros);
-  auto* eo = reinterpret_cast<E*>(out);
-  const int mi = int(m), ni = int(n), ki = int(k), g = int(group_size);
-  switch (token_tile) {
-    case 16: return run_gemm<E, 16>(ex, packed, es, ez, mi, ni, ki, g, eo, stream, accumulate);
-    case 32: return run_gemm<E, 32>(ex, packed, es, ez, mi, ni, ki, g, eo, stream, accumulate);
-    case 64: return run_gemm<E, 64>(ex, packed, es, ez, mi, ni, ki, g, eo, stream, accumulate);
-    case 128: return run_gemm<E, 128>(ex, packed, es, ez, mi, ni, ki, g, eo, stream, accumulate);
-    default:
-      throw Error(ErrorKind::kInternal, "w4a16_sm90: no kernel of " + std::to_string(token_tile) + " token rows");
-  }
+  return with_variant(variant, [&]<int TokenTile, class Scheduler>() {
+    return gemm_workspace_bytes<E, TokenTile, Scheduler>(int(m), int(n), int(k), int(group_size), variant.splits);
+  });
+}
+
+template <typename T>
+void launch_w4a16_sm90(const T* x, const uint8_t* packed, const T* gemm_scales, const T* gemm_zeros, int64_t m,
+                       int64_t n, int64_t k, int64_t group_size, W4Sm90Variant variant, void* workspace,
+                       size_t workspace_bytes, T* out, cudaStream_t stream, bool accumulate) {
+  check_shape(m, n, k, group_size);
+  using E = typename CutlassType<T>::type;
+  with_variant(variant, [&]<int TokenTile, class Scheduler>() {
+    run_gemm<E, TokenTile, Scheduler>(reinterpret_cast<const E*>(x), packed, reinterpret_cast<const E*>(gemm_scales),
+                                      reinterpret_cast<const E*>(gemm_zeros), int(m), int(n), int(k), int(group_size),
+                                      reinterpret_cast<E*>(out), stream, accumulate, variant.splits, workspace,
+                                      workspace_bytes);
+  });
 }
 
 TESSERA_W4_SM90_INSTANTIATE(__half)

@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace tessera::backend::cuda {
@@ -33,28 +34,54 @@ bool w4_sm90_built();
 bool w4_sm90_supported(int64_t n, int64_t k, int64_t group_size);
 
 // Token rows a thread block takes (the GEMM's N tile; its M tile is 128
-// weight rows, two consumer warpgroups). The caller times them.
+// weight rows, two consumer warpgroups).
 inline constexpr int kW4Sm90TokenTiles[] = {16, 32, 64, 128};
+
+// How the output tiles (128 weight rows by token_tile tokens) are dealt to
+// the SMs, by `splits`:
+//   kW4Sm90WholeTiles  one thread block a tile over all of k (no workspace);
+//   kW4Sm90StreamK     CUTLASS's stream-K: the k-steps of all tiles dealt
+//                      evenly to one block an SM;
+//   2, 4               each tile's k in that many parts.
+// Few tiles with a long k (the o and down projections at 64-256 rows: 32
+// tiles on 132 SMs, each block a chain of 64-224 k-steps) leave most SMs idle
+// when whole. Parts of a tile meet through a workspace
+// (w4a16_sm90_workspace_bytes), in k's order: the same bits every call.
+// The caller times the variants.
+struct W4Sm90Variant {
+  int token_tile;
+  int splits;
+};
+inline constexpr int kW4Sm90WholeTiles = 1, kW4Sm90StreamK = 0;
+inline constexpr int kW4Sm90Splits[] = {kW4Sm90WholeTiles, kW4Sm90StreamK, 2, 4};
 
 // Canonical layout (device pointers) -> the three tensors above.
 template <typename T>
 void launch_w4_sm90_pack(const uint32_t* qweight, const __half* scales, const uint8_t* zeros, int64_t n, int64_t k,
                          int64_t group_size, uint8_t* packed, T* gemm_scales, T* gemm_zeros, cudaStream_t stream);
 
+// Device bytes the variant's workspace takes for this shape (0 for whole
+// tiles).
+template <typename T>
+size_t w4a16_sm90_workspace_bytes(int64_t m, int64_t n, int64_t k, int64_t group_size, W4Sm90Variant variant);
+
 // out [m, n] = x [m, k] · Wᵀ, or out += that with accumulate; x and out
-// 16-byte aligned. token_tile: one of kW4Sm90TokenTiles. Compute capability
-// 9.0 only; throws Error(kInternal) where CUTLASS cannot run the shape.
+// 16-byte aligned; workspace: at least w4a16_sm90_workspace_bytes, stream-
+// ordered, any contents (the launch clears the locks it uses). Compute
+// capability 9.0 only;
+// throws Error(kInternal) where CUTLASS cannot run the shape.
 template <typename T>
 void launch_w4a16_sm90(const T* x, const uint8_t* packed, const T* gemm_scales, const T* gemm_zeros, int64_t m,
-                       int64_t n, int64_t k, int64_t group_size, int token_tile, T* out, cudaStream_t stream,
-                       bool accumulate);
+                       int64_t n, int64_t k, int64_t group_size, W4Sm90Variant variant, void* workspace,
+                       size_t workspace_bytes, T* out, cudaStream_t stream, bool accumulate);
 
 // The launchers' instantiations for one T, in w4a16_sm90.cu and in
 // w4a16_sm90_absent.cc (the build without the kernels).
 #define TESSERA_W4_SM90_INSTANTIATE(T)                                                                              \
   template void launch_w4_sm90_pack<T>(const uint32_t*, const __half*, const uint8_t*, int64_t, int64_t, int64_t,  \
                                        uint8_t*, T*, T*, cudaStream_t);                                            \
+  template size_t w4a16_sm90_workspace_bytes<T>(int64_t, int64_t, int64_t, int64_t, W4Sm90Variant);               \
   template void launch_w4a16_sm90<T>(const T*, const uint8_t*, const T*, const T*, int64_t, int64_t, int64_t,      \
-                                     int64_t, int, T*, cudaStream_t, bool);
+                                     int64_t, W4Sm90Variant, void*, size_t, T*, cudaStream_t, bool);
 
 }  // namespace tessera::backend::cuda

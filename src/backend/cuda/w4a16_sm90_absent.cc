@@ -25,8 +25,13 @@ void launch_w4_sm90_pack(const uint32_t*, const __half*, const uint8_t*, int64_t
 }
 
 template <typename T>
-void launch_w4a16_sm90(const T*, const uint8_t*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int, T*,
-                       cudaStream_t, bool) {
+size_t w4a16_sm90_workspace_bytes(int64_t, int64_t, int64_t, int64_t, W4Sm90Variant) {
+  absent("w4a16_sm90_workspace_bytes");
+}
+
+template <typename T>
+void launch_w4a16_sm90(const T*, const uint8_t*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,
+                       W4Sm90Variant, void*, size_t, T*, cudaStream_t, bool) {
   absent("launch_w4a16_sm90");
 }
 
