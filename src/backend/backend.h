@@ -220,6 +220,9 @@ class Backend {
     (void)weight_bytes;
     (void)packed_bytes;
   }
+  // The bytes of such second copies made so far (0 where none is kept):
+  // device memory the weights take beyond the checkpoint's own bytes.
+  virtual size_t quantized_copy_bytes() const { return 0; }
   // out = x · dequantize(weight)ᵀ (+ bias)  x [n, in], bias [out] or undefined, out [n, out] (compute dtype)
   virtual void linear_quantized(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias, Tensor& out);
 };

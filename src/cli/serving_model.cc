@@ -254,6 +254,9 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
                                              : backend::cuda_device_info(s->device.index).free_memory;
   engine::MemoryPlanInput in;
   in.weight_bytes = engine::weight_bytes(spec, s->dtype, !s->device.is_cpu());  // GPUs keep 4-bit weights packed
+  // Loaded on one device: with the second copies of 4-bit linears it made
+  // (CUDA on Hopper), which free_now has already lost.
+  if (s->backend) in.weight_bytes += s->backend->quantized_copy_bytes();
   // A step's logits rows: one per sequence, plus the prompt rows scored for prompt logprobs.
   const int64_t logits_rows = max_batch_size + engine::kPromptLogitsChunk;
   in.workspace_bytes = engine::workspace_bytes(spec, s->dtype, a.max_prefill_token_num + max_batch_size, logits_rows);

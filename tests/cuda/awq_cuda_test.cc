@@ -562,8 +562,12 @@ TEST_P(AwqCudaVsCpu, HopperGemmEqualsDequantizeThenGemm) {
   const Bounds b = bounds_for(dtype_);
   for (const Case& cs : cases) {
     const QuantizedWeight w = random_weight(cs.n, cs.k, cs.group, seed++);
+    const size_t copies_before = cuda_->quantized_copy_bytes();
     QuantizedWeight device = cuda_->upload_quantized_weight(w);
     ASSERT_TRUE(device.gemm_qweight.defined()) << "no Hopper copy of [" << cs.n << ", " << cs.k << "]";
+    // The copy's nibbles, and its scales and zeros in the activation type.
+    EXPECT_EQ(cuda_->quantized_copy_bytes() - copies_before,
+              static_cast<size_t>(cs.n * cs.k / 2 + 2 * (cs.k / cs.group) * cs.n * 2));
     for (int64_t m : {1, 7, 16, 17, 64, 100, 300}) {
       const bool accumulate = (seed % 3) == 0;
       const Product p = product_of(w, m, accumulate, seed);

@@ -539,6 +539,7 @@ class CudaBackend final : public Backend {
   void plan_quantized_copies(size_t weight_bytes, size_t packed_bytes) override {
     w4_->plan_copies(weight_bytes, packed_bytes);
   }
+  size_t quantized_copy_bytes() const override { return w4_->copy_bytes(); }
   // Paired tiles of gate | up up to the tensor-core kernels' rows: SiLU·mul
   // in the product's store, one kernel fewer a decode layer.
   bool stores_silu_mul(const QuantizedWeight& packed, int64_t rows) const override {

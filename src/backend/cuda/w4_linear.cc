@@ -142,6 +142,8 @@ QuantizedWeight W4Linear::upload_layouts(const QuantizedWeight& host) {
                                ptr<T>(device.gemm_zeros), stream_);
       }
     });
+    copy_bytes_ += static_cast<size_t>(device.gemm_qweight.nbytes() + device.gemm_scales.nbytes() +
+                                       device.gemm_zeros.nbytes());
   }
   if (uses_tiles(host)) {
     const int64_t n = host.out_features, k = host.in_features, g = host.group_size;

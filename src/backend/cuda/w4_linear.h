@@ -61,6 +61,8 @@ class W4Linear {
   // Hopper copies would be made and second_copies_fit says no, none is made,
   // with a warning.
   void plan_copies(size_t weight_bytes, size_t packed_bytes);
+  // The device bytes of the Hopper copies uploaded so far.
+  size_t copy_bytes() const { return copy_bytes_; }
 
   // Whether product(..., silu_mul = true) runs for this uploaded weight at
   // `rows` rows: paired tiles, a tensor-core kernel's rows.
@@ -177,6 +179,7 @@ class W4Linear {
   // the ones it outgrew stay while graphs recorded before may point at them.
   std::vector<Tensor> sm90_workspaces_;
   bool logged_sm90_ = false;       // the Hopper copies announced
+  size_t copy_bytes_ = 0;          // their bytes
 };
 
 }  // namespace tessera::backend::cuda

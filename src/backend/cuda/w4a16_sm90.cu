@@ -65,7 +65,7 @@ struct WeightLayout {
 
 // Scheduler: void for CUTLASS's persistent data-parallel tiles (one thread
 // block an output tile over all of k), cutlass::gemm::StreamKScheduler for
-// tiles whose k is split among blocks (w4a16_sm90.h, W4Sm90Split).
+// tiles whose k is split among blocks (w4a16_sm90.h, W4Sm90Variant).
 template <class E, int TokenTile, class Scheduler>
 struct Sm90Gemm {
   using TileShape = Shape<_128, Int<TokenTile>, _64>;  // weight rows, tokens, k
