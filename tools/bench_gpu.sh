@@ -28,8 +28,8 @@ for batch in 64 256; do
   section "7B shape: $batch streams through the engine"
   "$tessera" bench engine --random internlm2_5-7b --device cuda --batch "$batch" --prompt-tokens 128 --new-tokens 128 --skip-single
 done
-section "7B shape: 16-bit and AWQ 4-bit decode at batch 1, 16, 64"
-"$tessera" bench decode --random internlm2_5-7b --device cuda --quant none awq --batch 1 16 64
+section "7B shape: 16-bit and AWQ 4-bit decode at batch 1, 16, 64, 128, 256"
+"$tessera" bench decode --random internlm2_5-7b --device cuda --quant none awq --batch 1 16 64 128 256
 section "prefill attention: the scalar, tensor-core and FlashInfer kernels"
 "$tessera" bench attention --tokens 1024,2048,4096,8192
 section "7B shape: 4,096-token prefill without FlashInfer's kernel"
