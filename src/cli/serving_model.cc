@@ -332,6 +332,13 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
     tp_config.block_size = config.block_size;
     tp_config.comm_plan = comm_plan;
     tp_config.compute_dtype = s->dtype;
+    if (!s->device.is_cpu()) {
+      // The plan was made before the ranks load: what it gave the KV cache
+      // and the steps stays free of optional weight copies (ranks sharing one
+      // GPU share its memory).
+      const size_t ranks_per_device = comm_plan.kind == comm::CommKind::kSameDevice ? static_cast<size_t>(a.tp) : 1;
+      tp_config.memory_after_weights = (s->plan.kv_bytes + in.workspace_bytes + in.graph_bytes) * ranks_per_device;
+    }
     tp_config.nodes = nodes;
     tp_config.comm_timeout = comm_timeout();
     auto tp_executor = std::make_unique<engine::TpExecutor>(*host_model, tp_config);

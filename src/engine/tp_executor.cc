@@ -86,6 +86,7 @@ TpExecutor::TpExecutor(const model::HostModel& model, const TpExecutorConfig& co
   try {
     run_on_all([&](Rank& rank) {
       rank.backend = config_.make_backend(rank.index);
+      rank.backend->keep_free_after_weights(config_.memory_after_weights);
       if (group_) rank.comm = group_->make_rank(rank.global, rank.backend->stream_handle());
       rank.model = model::make_transformer(model, *rank.backend, rank.collectives());
       rank.cache = rank.model->allocate_cache(config_.num_blocks, config_.block_size);

@@ -83,8 +83,9 @@ TEST(W4Tiles, OnlyGroupsOfAPowerOfTwoOfChunksAreTiled) {
 
 // Whether the Hopper GEMM's second copy of the 4-bit weights is made (host
 // code: runs without a GPU too): only where both copies leave a quarter of
-// the device for the KV cache.
-TEST(W4Linear, SecondCopiesOnlyWhereTheyLeaveAQuarterOfTheDevice) {
+// the device for the KV cache, and what a memory plan made before the load
+// gave the KV cache and the steps.
+TEST(W4Linear, SecondCopiesOnlyWhereTheyLeaveAQuarterOfTheDeviceAndThePlansShare) {
   constexpr size_t kGiB = size_t{1} << 30;
   EXPECT_TRUE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 5 * kGiB, 4 * kGiB)) << "a 7B export on 80 GiB";
   EXPECT_TRUE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 13 * kGiB, 11 * kGiB)) << "a 20B export on 80 GiB";
@@ -92,6 +93,10 @@ TEST(W4Linear, SecondCopiesOnlyWhereTheyLeaveAQuarterOfTheDevice) {
   EXPECT_FALSE(cuda::second_copies_fit(20 * kGiB, 24 * kGiB, 12 * kGiB, 10 * kGiB)) << "fits once, not twice";
   EXPECT_TRUE(cuda::second_copies_fit(60 * kGiB, 80 * kGiB, 30 * kGiB, 10 * kGiB)) << "a quarter exactly";
   EXPECT_FALSE(cuda::second_copies_fit(60 * kGiB, 80 * kGiB, 30 * kGiB, 10 * kGiB + 1)) << "a byte less";
+  // A plan made before the load (tensor-parallel ranks) keeps what it gave the KV cache.
+  EXPECT_TRUE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 5 * kGiB, 4 * kGiB, 70 * kGiB)) << "the plan's 70 GiB";
+  EXPECT_FALSE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 5 * kGiB, 4 * kGiB, 70 * kGiB + 1)) << "a byte more";
+  EXPECT_TRUE(cuda::second_copies_fit(60 * kGiB, 80 * kGiB, 30 * kGiB, 10 * kGiB, 1 * kGiB)) << "the quarter rules";
 }
 
 class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {

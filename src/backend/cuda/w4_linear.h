@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -24,10 +25,12 @@ namespace tessera::backend::cuda {
 
 // Whether a model's weights (weight_bytes, with packed_bytes of 4-bit
 // linears among them) leave, kept with a second copy of the 4-bit ones, a
-// quarter of the device's memory for the KV cache and the steps' workspace.
-// free, total: the device's memory before the upload.
-inline bool second_copies_fit(size_t free, size_t total, size_t weight_bytes, size_t packed_bytes) {
-  return free >= weight_bytes + packed_bytes && free - weight_bytes - packed_bytes >= total / 4;
+// quarter of the device's memory for the KV cache and the steps' workspace,
+// and at least `reserved` (what a memory plan made before the load has
+// already promised them). free, total: the device's memory before the upload.
+inline bool second_copies_fit(size_t free, size_t total, size_t weight_bytes, size_t packed_bytes,
+                              size_t reserved = 0) {
+  return free >= weight_bytes + packed_bytes && free - weight_bytes - packed_bytes >= std::max(total / 4, reserved);
 }
 
 class W4Linear {
@@ -61,6 +64,10 @@ class W4Linear {
   // Hopper copies would be made and second_copies_fit says no, none is made,
   // with a warning.
   void plan_copies(size_t weight_bytes, size_t packed_bytes);
+  // Bytes a memory plan made before the upload needs free after it
+  // (Backend::keep_free_after_weights); plan_copies makes no copies that
+  // would take them.
+  void keep_free_after_weights(size_t bytes) { reserved_ = bytes; }
   // The device bytes of the Hopper copies uploaded so far.
   size_t copy_bytes() const { return copy_bytes_; }
 
@@ -180,6 +187,7 @@ class W4Linear {
   std::vector<Tensor> sm90_workspaces_;
   bool logged_sm90_ = false;       // the Hopper copies announced
   size_t copy_bytes_ = 0;          // their bytes
+  size_t reserved_ = 0;            // keep_free_after_weights
 };
 
 }  // namespace tessera::backend::cuda
