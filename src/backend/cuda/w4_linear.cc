@@ -18,6 +18,16 @@
 #include "core/log.h"
 
 namespace tessera::backend::cuda {
+namespace {
+
+// The Hopper GEMM's candidates, after the tiles' kernels: each token tile
+// with each split, tile-major.
+constexpr size_t kSm90Candidates = std::size(kW4Sm90TokenTiles) * std::size(kW4Sm90Splits);
+W4Sm90Variant sm90_variant(size_t index) {
+  return {kW4Sm90TokenTiles[index / std::size(kW4Sm90Splits)], kW4Sm90Splits[index % std::size(kW4Sm90Splits)]};
+}
+
+}  // namespace
 
 W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
                    int device_capability, TimePerCall time_per_call)
@@ -251,10 +261,7 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
               launch_w4_dequantize_tiles<T>(qweight, scale_zero, n, k, w.group_size, dense, stream_, paired);
             }, target, add);
           }
-          if (candidate >= first_sm90) {
-            const size_t variant = candidate - first_sm90, splits = std::size(kW4Sm90Splits);
-            return run_sm90({kW4Sm90TokenTiles[variant / splits], kW4Sm90Splits[variant % splits]}, target, add);
-          }
+          if (candidate >= first_sm90) return run_sm90(sm90_variant(candidate - first_sm90), target, add);
           const Kernel& kernel = kKernels[candidate - 1];
           if (kernel.pipeline == W4Pipeline::kGroupSums) {
             return launch_w4a16_group_sums<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size,
@@ -267,14 +274,13 @@ void W4Linear::product(const Tensor& x, const QuantizedWeight& w, const Tensor& 
           launch_w4a16_mma<T>(ptr<T>(x), qweight, scale_zero, bias_ptr, m, n, k, w.group_size, kernel.row_warps,
                               kernel.pipeline, target, stream_, add, store, norms);
         };
-        const size_t candidates =
-            first_sm90 + (sm90 ? std::size(kW4Sm90TokenTiles) * std::size(kW4Sm90Splits) : 0);
+        const size_t candidates = first_sm90 + (sm90 ? kSm90Candidates : 0);
         auto applies = [&](size_t candidate) {
           const bool only_sm90 = sm90 && sm90_mode_ == 1;
           if (candidate == 0) return !silu_mul && !with_norms && !only_sm90;  // a dense product stores neither
           if (candidate >= first_sm90) {
-            const int splits = kW4Sm90Splits[(candidate - first_sm90) % std::size(kW4Sm90Splits)];
-            return !with_norms && (splits == kW4Sm90WholeTiles || splits_mode_ != 0);
+            return !with_norms && (sm90_variant(candidate - first_sm90).splits == kW4Sm90WholeTiles ||
+                                   splits_mode_ != 0);
           }
           if (m > kW4MmaMaxRows || only_sm90) return false;
           if (candidate - 1 >= kKernelsWithoutStages && stages_mode_ == 0) return false;
