@@ -68,8 +68,8 @@ size_t w4a16_sm90_workspace_bytes(int64_t m, int64_t n, int64_t k, int64_t group
 // out [m, n] = x [m, k] · Wᵀ, or out += that with accumulate; x and out
 // 16-byte aligned; workspace: at least w4a16_sm90_workspace_bytes, stream-
 // ordered, any contents (the launch clears the locks it uses). Compute
-// capability 9.0 only;
-// throws Error(kInternal) where CUTLASS cannot run the shape.
+// capability 9.0 only; throws Error(kInternal) where CUTLASS cannot run the
+// shape.
 template <typename T>
 void launch_w4a16_sm90(const T* x, const uint8_t* packed, const T* gemm_scales, const T* gemm_zeros, int64_t m,
                        int64_t n, int64_t k, int64_t group_size, W4Sm90Variant variant, void* workspace,
