@@ -19,11 +19,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "../compare.h"
 #include "../test_paths.h"
 #include "backend/backend.h"
+#include "core/error.h"
 #include "backend/cuda/w4a16.h"
 #include "backend/cuda/w4_linear.h"
 #include "backend/cuda/w4a16_sm90.h"
@@ -97,6 +99,22 @@ TEST(W4Linear, SecondCopiesOnlyWhereTheyLeaveAQuarterOfTheDeviceAndThePlansShare
   EXPECT_TRUE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 5 * kGiB, 4 * kGiB, 70 * kGiB)) << "the plan's 70 GiB";
   EXPECT_FALSE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 5 * kGiB, 4 * kGiB, 70 * kGiB + 1)) << "a byte more";
   EXPECT_TRUE(cuda::second_copies_fit(60 * kGiB, 80 * kGiB, 30 * kGiB, 10 * kGiB, 1 * kGiB)) << "the quarter rules";
+}
+
+TEST(W4Linear, PinsParseAndMalformedOnesAreNamed) {
+  const auto pins = cuda::parse_w4_pins("4096x4096:12,6144x4096:1");
+  ASSERT_EQ(pins.size(), 2u);
+  EXPECT_EQ(pins.at({4096, 4096}), 12u);
+  EXPECT_EQ(pins.at({6144, 4096}), 1u);
+  for (const char* bad : {"4096x4096", "4096:12", "x4096:1", "4096x4096:12junk", "0x4096:1", "4096x4096:1,,"}) {
+    try {
+      cuda::parse_w4_pins(bad);
+      ADD_FAILURE() << bad << " parsed";
+    } catch (const tessera::Error& e) {
+      EXPECT_EQ(e.kind(), tessera::ErrorKind::kInvalidArgument) << bad;
+      EXPECT_NE(std::string(e.what()).find("TESSERA_W4_PIN"), std::string::npos) << e.what();
+    }
+  }
 }
 
 class AwqCudaVsCpu : public ::testing::TestWithParam<DType> {

@@ -4,7 +4,9 @@
 #include <cuda_fp16.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <string>
@@ -29,6 +31,25 @@ W4Sm90Variant sm90_variant(size_t index) {
 
 }  // namespace
 
+std::map<std::pair<int64_t, int64_t>, size_t> parse_w4_pins(const std::string& text) {
+  std::map<std::pair<int64_t, int64_t>, size_t> pins;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string entry = text.substr(start, end - start);
+    long long n = 0, k = 0;
+    unsigned long long candidate = 0;
+    char tail = 0;
+    if (std::sscanf(entry.c_str(), "%lldx%lld:%llu%c", &n, &k, &candidate, &tail) != 3 || n <= 0 || k <= 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  "TESSERA_W4_PIN: \"" + entry + "\" is not OUTxIN:CANDIDATE (e.g. 4096x4096:12)");
+    }
+    pins[{n, k}] = static_cast<size_t>(candidate);
+    start = end + 1;
+  }
+  return pins;
+}
+
 W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
                    int device_capability, TimePerCall time_per_call)
     : stream_(stream),
@@ -49,6 +70,7 @@ W4Linear::W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType 
   if (const char* sm90 = std::getenv("TESSERA_W4_SM90")) {
     sm90_mode_ = std::string(sm90) == "0" ? 0 : std::string(sm90) == "1" ? 1 : -1;
   }
+  if (const char* pins = std::getenv("TESSERA_W4_PIN")) pins_ = parse_w4_pins(pins);
 }
 
 template <typename Run, typename Applies>
@@ -62,6 +84,12 @@ size_t W4Linear::choice(const Key& key, size_t count, bool untimed_kernel, bool 
     if (applies(i)) first_kernel = i;
   }
   if (capturing || untimed_kernel || first_kernel == 0) return first_kernel;
+  if (auto pin = pins_.find({std::get<1>(key), std::get<2>(key)}); pin != pins_.end() && pin->second < count &&
+                                                                    applies(pin->second)) {
+    log_debug("linear_quantized m={} n={} k={}: #{} pinned by TESSERA_W4_PIN", std::get<0>(key), std::get<1>(key),
+              std::get<2>(key), pin->second);
+    return choices_[key] = pin->second;
+  }
   size_t best = gemv_mode_ == 1 ? first_kernel : 0;
   double best_s = 1e30;
   std::string timings;

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/gemm.h"
@@ -33,6 +35,13 @@ inline bool second_copies_fit(size_t free, size_t total, size_t weight_bytes, si
   return free >= weight_bytes + packed_bytes && free - weight_bytes - packed_bytes >= std::max(total / 4, reserved);
 }
 
+// TESSERA_W4_PIN's "OUTxIN:CANDIDATE,..." as (out, in features) -> the
+// index of the candidate a shape runs instead of the timing's choice: for
+// measuring a candidate inside whole steps, where the loads of its neighbours
+// and the memory they leave idle differ from its first call alone. A
+// malformed entry is an Error(kInvalidArgument) naming it.
+std::map<std::pair<int64_t, int64_t>, size_t> parse_w4_pins(const std::string& text);
+
 class W4Linear {
  public:
   // Seconds per call of a candidate kernel (the backend's ColdTimer).
@@ -42,7 +51,8 @@ class W4Linear {
   // device_capability: the GPU's own (the Hopper GEMM's sm_90a code runs on
   // 9.0 only). Reads TESSERA_W4_GEMV, TESSERA_W4_TILES, TESSERA_W4_STAGES,
   // TESSERA_W4_GROUP_SUMS, TESSERA_W4_WIDE, TESSERA_W4_PAIRS,
-  // TESSERA_W4_NORMS, TESSERA_W4_SM90 and TESSERA_W4_SM90_SPLITS.
+  // TESSERA_W4_NORMS, TESSERA_W4_SM90, TESSERA_W4_SM90_SPLITS and
+  // TESSERA_W4_PIN (a candidate per shape instead of the timing's).
   W4Linear(cudaStream_t stream, Allocator& allocator, Gemm& gemm, DType compute_dtype, int kernel_capability,
            int device_capability, TimePerCall time_per_call);
 
@@ -182,6 +192,7 @@ class W4Linear {
   int sm90_mode_ = -1;        // TESSERA_W4_SM90: 0 no Hopper GEMM copy, 1 that GEMM wherever it applies (tests)
   int splits_mode_ = -1;      // TESSERA_W4_SM90_SPLITS=0: the Hopper GEMM's whole tiles only (to compare against)
   std::map<Key, size_t> choices_;  // per 4-bit shape: the candidate choice() picked
+  std::map<std::pair<int64_t, int64_t>, size_t> pins_;  // TESSERA_W4_PIN: (out, in) -> candidate
   // The Hopper GEMM's workspaces, the last the largest and the one in use;
   // the ones it outgrew stay while graphs recorded before may point at them.
   std::vector<Tensor> sm90_workspaces_;
