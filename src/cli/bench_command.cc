@@ -41,9 +41,7 @@ struct BenchArgs {
 };
 
 int64_t parameter_count(const model::ModelSpec& s) {
-  return s.num_layers * (s.qkv_size() * s.hidden_size + s.hidden_size * s.q_size() +
-                         3 * s.hidden_size * s.intermediate_size) +
-         s.vocab_size * s.hidden_size;  // the LM head; embedding rows read per token are negligible
+  return s.num_layers * s.linear_params_per_layer() + s.vocab_size * s.hidden_size;  // the LM head; embedding rows read per token are negligible
 }
 
 void bench_prefill(model::Transformer& model, int64_t tokens, double matmul_rate) {

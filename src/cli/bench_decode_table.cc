@@ -21,8 +21,7 @@ using Clock = std::chrono::steady_clock;
 // Bytes one decode step reads for the weights: the linear layers (16-bit, or
 // packed 4-bit + f16 scales + u8 zeros) and the 16-bit LM head.
 double weight_bytes_per_step(const model::ModelSpec& s, double element_bytes, int64_t awq_group) {
-  const double linear = static_cast<double>(s.num_layers) *
-                        (s.qkv_size() * s.hidden_size + s.hidden_size * s.q_size() + 3 * s.hidden_size * s.intermediate_size);
+  const double linear = static_cast<double>(s.num_layers * s.linear_params_per_layer());
   const double per_weight = awq_group > 0 ? 0.5 + 3.0 / static_cast<double>(awq_group) : element_bytes;
   return linear * per_weight + element_bytes * static_cast<double>(s.vocab_size * s.hidden_size);
 }

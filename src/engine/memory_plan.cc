@@ -89,8 +89,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
 }
 
 size_t weight_bytes(const model::ModelSpec& s, DType dtype, bool packed) {
-  const int64_t linear = s.qkv_size() * s.hidden_size + s.hidden_size * s.q_size() +
-                         3 * s.intermediate_size * s.hidden_size;  // per layer
+  const int64_t linear = s.linear_params_per_layer();
   int64_t unpacked = 2 * s.hidden_size + (s.qkv_bias ? s.qkv_size() : 0);  // norms and biases, per layer
   int64_t total = s.num_layers * unpacked + s.vocab_size * s.hidden_size + s.hidden_size;
   if (!s.tie_word_embeddings) total += s.vocab_size * s.hidden_size;

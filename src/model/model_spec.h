@@ -70,6 +70,10 @@ struct ModelSpec {
   int64_t q_size() const { return num_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }
   int64_t qkv_size() const { return q_size() + 2 * kv_size(); }
+  // Weights of one layer's linears: qkv, o, gate | up and down.
+  int64_t linear_params_per_layer() const {
+    return (qkv_size() + q_size() + 3 * intermediate_size) * hidden_size;
+  }
 };
 
 }  // namespace tessera::model

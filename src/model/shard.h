@@ -41,6 +41,10 @@ struct TpShard {
 
   int64_t q_size(int64_t head_dim) const { return num_heads * head_dim; }
   int64_t qkv_size(int64_t head_dim) const { return (num_heads + 2 * num_kv_heads) * head_dim; }
+  // This rank's part of ModelSpec::linear_params_per_layer.
+  int64_t linear_params_per_layer(const ModelSpec& spec) const {
+    return (qkv_size(spec.head_dim) + q_size(spec.head_dim) + 3 * intermediate_size) * spec.hidden_size;
+  }
 };
 
 // The tensor-parallel sizes this model can be split into: tp divides the query

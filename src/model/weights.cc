@@ -251,10 +251,7 @@ ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, con
   if (spec.quantization.awq() && spec.quantization.group_size > 0) {
     // This rank's weights and its 4-bit linears' bytes (16-bit for the rest),
     // for a backend that would keep the 4-bit ones twice.
-    const int64_t linear = shard.qkv_size(spec.head_dim) * spec.hidden_size +
-                           spec.hidden_size * shard.q_size(spec.head_dim) +
-                           3 * shard.intermediate_size * spec.hidden_size;
-    const int64_t packed = spec.num_layers * spec.quantization.packed_bytes(linear);
+    const int64_t packed = spec.num_layers * spec.quantization.packed_bytes(shard.linear_params_per_layer(spec));
     const int64_t dense = 2 * spec.vocab_size * spec.hidden_size * (spec.tie_word_embeddings ? 1 : 2);
     backend.plan_quantized_copies(static_cast<size_t>(packed + dense), static_cast<size_t>(packed));
   }

@@ -3,6 +3,9 @@
 // heads replicated when there are fewer than ranks, and the sizes that work.
 #include <gtest/gtest.h>
 
+#include <tuple>
+#include <utility>
+
 #include "core/error.h"
 #include "model/shard.h"
 
@@ -88,6 +91,30 @@ TEST(engineTpShard, GateUpSplitsInsideEachHalfAndDownAndOSplitColumns) {
   ASSERT_EQ(o_shard.shape(), (Shape{3, 4}));
   EXPECT_EQ(o_shard.data<float>()[0], 4.0f);
   EXPECT_EQ(o_shard.data<float>()[4 + 3], 1007.0f);
+}
+
+// The linear parameter count a memory plan and a 4-bit upload use is what
+// shard_weight hands each rank (KV heads replicated past their count).
+TEST(engineTpShard, LinearParameterCountIsWhatTheShardsHold) {
+  for (const auto& [heads, kv_heads, intermediate] : {std::tuple{4, 2, 6}, std::tuple{8, 2, 12}, std::tuple{6, 2, 6}}) {
+    const ModelSpec spec = spec_of(heads, kv_heads, intermediate);
+    const int64_t h = spec.hidden_size;
+    const Tensor qkv = tagged(spec.qkv_size(), h), o = tagged(h, spec.q_size()),
+                 gate_up = tagged(2 * spec.intermediate_size, h), down = tagged(h, spec.intermediate_size);
+    EXPECT_EQ(spec.linear_params_per_layer(), qkv.numel() + o.numel() + gate_up.numel() + down.numel());
+    for (int tp : valid_tp_sizes(spec)) {
+      if (spec.intermediate_size % tp != 0) continue;
+      for (int rank = 0; rank < tp; ++rank) {
+        const TpShard shard = make_tp_shard(spec, rank, tp);
+        int64_t held = 0;
+        for (const auto& [name, full] : {std::pair{"layers.0.qkv", qkv}, std::pair{"layers.0.o", o},
+                                         std::pair{"layers.0.gate_up", gate_up}, std::pair{"layers.0.down", down}}) {
+          held += shard_weight(spec, shard, name, full).numel();
+        }
+        EXPECT_EQ(shard.linear_params_per_layer(spec), held) << heads << " heads, tp " << tp << " rank " << rank;
+      }
+    }
+  }
 }
 
 TEST(engineTpShard, LmHeadRowsArePaddedAndTheRestReplicated) {
