@@ -222,9 +222,13 @@ class Backend {
   }
   // Before a model's upload, where the memory plan was made before it
   // (tensor-parallel ranks): the bytes the KV cache, the workspace and the
-  // decode graphs need free once the weights are in. Such a backend makes no
-  // second copies that would take them.
-  virtual void keep_free_after_weights(size_t bytes) { (void)bytes; }
+  // decode graphs need free once the weights are in, and how many ranks
+  // (this one included) load their shares onto this device. Such a backend
+  // makes no second copies that would take them or the other ranks' shares.
+  virtual void keep_free_after_weights(size_t bytes, int ranks_sharing) {
+    (void)bytes;
+    (void)ranks_sharing;
+  }
   // The bytes of such second copies made so far (0 where none is kept):
   // device memory the weights take beyond the checkpoint's own bytes.
   virtual size_t quantized_copy_bytes() const { return 0; }

@@ -197,6 +197,11 @@ std::vector<std::vector<bool>> peer_access_as_configured(std::vector<std::vector
   return matrix;
 }
 
+int ranks_on_device_of(const CommPlan& plan, int rank) {
+  if (rank < 0 || rank >= static_cast<int>(plan.devices.size())) return 1;
+  return static_cast<int>(std::count(plan.devices.begin(), plan.devices.end(), plan.devices[rank]));
+}
+
 bool same_device_from_env() {
   const char* value = std::getenv("TESSERA_TP_SAME_DEVICE");
   return value && parse_same_device(value);

@@ -69,6 +69,11 @@ struct CommPlan {
 // (across nodes: without NCCL).
 CommPlan choose_comm(const CommRequest& request);
 
+// How many of this node's ranks run on rank r's device (r included): more
+// than one where ranks share a GPU (same-device), whose memory they then
+// share; 1 for CPU ranks.
+int ranks_on_device_of(const CommPlan& plan, int rank);
+
 // TESSERA_TP_SAME_DEVICE: "1", "true", "yes", "on" → true; unset, "0", "false",
 // "no", "off", "" → false; anything else is Error(kInvalidArgument).
 bool same_device_from_env();

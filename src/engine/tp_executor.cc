@@ -86,7 +86,8 @@ TpExecutor::TpExecutor(const model::HostModel& model, const TpExecutorConfig& co
   try {
     run_on_all([&](Rank& rank) {
       rank.backend = config_.make_backend(rank.index);
-      rank.backend->keep_free_after_weights(config_.memory_after_weights);
+      rank.backend->keep_free_after_weights(config_.memory_after_weights,
+                                            comm::ranks_on_device_of(config_.comm_plan, rank.index));
       if (group_) rank.comm = group_->make_rank(rank.global, rank.backend->stream_handle());
       rank.model = model::make_transformer(model, *rank.backend, rank.collectives());
       rank.cache = rank.model->allocate_cache(config_.num_blocks, config_.block_size);

@@ -63,7 +63,8 @@ struct TpExecutorConfig {
   DType compute_dtype = DType::kF32;  // of the default CUDA backends
   // What each rank's device must keep free once the rank's weights are in:
   // the memory plan's KV cache, workspace and decode graphs of the ranks on
-  // that device (Backend::keep_free_after_weights). 0: nothing promised.
+  // that device (Backend::keep_free_after_weights, which also keeps free the
+  // shares of the other ranks loading onto it). 0: nothing promised.
   size_t memory_after_weights = 0;
   comm::AllReduceAlgorithm all_reduce_algorithm = comm::AllReduceAlgorithm::kAuto;  // tests force one
   // Makes this process's r-th rank's backend, on that rank's thread. Default:

@@ -166,6 +166,21 @@ TEST(CommPlan, SameDevicePutsEveryRankOnOneGpu) {
   EXPECT_NE(plan.reason.find("does not apply"), std::string::npos) << plan.reason;
 }
 
+// Ranks sharing a GPU share its memory: what each rank's load must leave for the others.
+TEST(CommPlan, RanksOnADeviceCountTheRanksThatShareIt) {
+  comm::CommRequest r = gpus(4, 1);
+  r.same_device = true;
+  const comm::CommPlan same = comm::choose_comm(r);
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(comm::ranks_on_device_of(same, rank), 4) << rank;
+  const comm::CommPlan own = comm::choose_comm(gpus(4, 4));
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(comm::ranks_on_device_of(own, rank), 1) << rank;
+  comm::CommPlan mixed;
+  mixed.devices = {0, 1, 1, 2};
+  EXPECT_EQ(comm::ranks_on_device_of(mixed, 0), 1);
+  EXPECT_EQ(comm::ranks_on_device_of(mixed, 2), 2);
+  EXPECT_EQ(comm::ranks_on_device_of(comm::CommPlan{}, 0), 1) << "CPU ranks";
+}
+
 TEST(CommPlan, NoNcclAndNoPeerAccessIsUnsupported) {
   comm::CommRequest r = gpus(2, 2);
   r.nccl_available = false;

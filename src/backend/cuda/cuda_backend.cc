@@ -540,7 +540,9 @@ class CudaBackend final : public Backend {
     w4_->plan_copies(weight_bytes, packed_bytes);
   }
   size_t quantized_copy_bytes() const override { return w4_->copy_bytes(); }
-  void keep_free_after_weights(size_t bytes) override { w4_->keep_free_after_weights(bytes); }
+  void keep_free_after_weights(size_t bytes, int ranks_sharing) override {
+    w4_->keep_free_after_weights(bytes, ranks_sharing);
+  }
   // Paired tiles of gate | up up to the tensor-core kernels' rows: SiLU·mul
   // in the product's store, one kernel fewer a decode layer.
   bool stores_silu_mul(const QuantizedWeight& packed, int64_t rows) const override {

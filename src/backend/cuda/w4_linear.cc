@@ -114,16 +114,21 @@ void W4Linear::plan_copies(size_t weight_bytes, size_t packed_bytes) {
   if (sm90_mode_ == 0 || device_capability_ != 90 || !w4_sm90_built() || packed_bytes == 0) return;
   size_t free = 0, total = 0;
   TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  if (second_copies_fit(free, total, weight_bytes, packed_bytes, reserved_)) return;
+  if (second_copies_fit(free, total, weight_bytes, packed_bytes, reserved_, ranks_sharing_)) return;
   sm90_mode_ = 0;
   const double gib = double(1ull << 30);
+  const size_t peers = (weight_bytes + packed_bytes) * static_cast<size_t>(std::max(ranks_sharing_, 1) - 1);
+  const std::string kept =
+      reserved_ + peers > total / 4
+          ? fmt::format("the {:.1f} GiB the memory plan gave the KV cache and the steps{}", reserved_ / gib,
+                        peers > 0 ? fmt::format(" and {:.1f} GiB for the {} other ranks' weights on this GPU",
+                                                peers / gib, ranks_sharing_ - 1)
+                                  : std::string())
+          : fmt::format("a quarter of the {:.1f} GiB for the KV cache", total / gib);
   log_warning("4-bit weights: one copy on this GPU, none for the Hopper GEMM (batches of many rows take "
               "dequantize + cuBLASLt): the weights take {:.1f} GiB and a second copy {:.1f} GiB more, of {:.1f} GiB "
               "free, which would leave less than {}",
-              weight_bytes / gib, packed_bytes / gib, free / gib,
-              reserved_ > total / 4 ? fmt::format("the {:.1f} GiB the memory plan gave the KV cache and the steps",
-                                                  reserved_ / gib)
-                                    : fmt::format("a quarter of the {:.1f} GiB for the KV cache", total / gib));
+              weight_bytes / gib, packed_bytes / gib, free / gib, kept);
 }
 
 void* W4Linear::sm90_workspace(size_t bytes, bool capturing, Tensor& pooled) {

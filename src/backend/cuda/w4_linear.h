@@ -30,9 +30,15 @@ namespace tessera::backend::cuda {
 // quarter of the device's memory for the KV cache and the steps' workspace,
 // and at least `reserved` (what a memory plan made before the load has
 // already promised them). free, total: the device's memory before the upload.
+// ranks_sharing > 1: tensor-parallel ranks on one device, each loading a
+// share like this one and deciding alike; the others' shares and copies are
+// kept free too. (A rank that measures free after a peer's load counts that
+// peer twice: it keeps one copy where both might have fit, never the reverse.)
 inline bool second_copies_fit(size_t free, size_t total, size_t weight_bytes, size_t packed_bytes,
-                              size_t reserved = 0) {
-  return free >= weight_bytes + packed_bytes && free - weight_bytes - packed_bytes >= std::max(total / 4, reserved);
+                              size_t reserved = 0, int ranks_sharing = 1) {
+  const size_t rank = weight_bytes + packed_bytes;
+  const size_t peers = rank * static_cast<size_t>(std::max(ranks_sharing, 1) - 1);
+  return free >= rank && free - rank >= std::max(total / 4, reserved + peers);
 }
 
 // TESSERA_W4_PIN's "OUTxIN:CANDIDATE,..." as (out, in features) -> the
@@ -74,10 +80,13 @@ class W4Linear {
   // Hopper copies would be made and second_copies_fit says no, none is made,
   // with a warning.
   void plan_copies(size_t weight_bytes, size_t packed_bytes);
-  // Bytes a memory plan made before the upload needs free after it
-  // (Backend::keep_free_after_weights); plan_copies makes no copies that
-  // would take them.
-  void keep_free_after_weights(size_t bytes) { reserved_ = bytes; }
+  // Bytes a memory plan made before the upload needs free after it, and the
+  // ranks loading onto this device (Backend::keep_free_after_weights);
+  // plan_copies makes no copies that would take them.
+  void keep_free_after_weights(size_t bytes, int ranks_sharing) {
+    reserved_ = bytes;
+    ranks_sharing_ = ranks_sharing;
+  }
   // The device bytes of the Hopper copies uploaded so far.
   size_t copy_bytes() const { return copy_bytes_; }
 
@@ -199,6 +208,7 @@ class W4Linear {
   bool logged_sm90_ = false;       // the Hopper copies announced
   size_t copy_bytes_ = 0;          // their bytes
   size_t reserved_ = 0;            // keep_free_after_weights
+  int ranks_sharing_ = 1;          // keep_free_after_weights
 };
 
 }  // namespace tessera::backend::cuda
