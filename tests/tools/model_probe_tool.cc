@@ -28,8 +28,12 @@ int dump_weights(const std::string& dir, const std::string& out) {
       continue;
     }
     const std::string base = name.substr(0, name.size() - 8);
-    backend::QuantizedWeight q{tensor, weights.at(base + ".scales"), weights.at(base + ".zeros"),
-                               tensor.dim(0), tensor.dim(1) * 8, 0};
+    backend::QuantizedWeight q;
+    q.qweight = tensor;
+    q.scales = weights.at(base + ".scales");
+    q.zeros = weights.at(base + ".zeros");
+    q.out_features = tensor.dim(0);
+    q.in_features = tensor.dim(1) * 8;
     q.group_size = q.in_features / q.scales.dim(1);
     tensors.emplace_back(base, backend::dequantize_weight(q));
   }
