@@ -100,8 +100,8 @@ TEST(W4Linear, SecondCopiesOnlyWhereTheyLeaveAQuarterOfTheDeviceAndThePlansShare
   EXPECT_FALSE(cuda::second_copies_fit(79 * kGiB, 80 * kGiB, 5 * kGiB, 4 * kGiB, 70 * kGiB + 1)) << "a byte more";
   EXPECT_TRUE(cuda::second_copies_fit(60 * kGiB, 80 * kGiB, 30 * kGiB, 10 * kGiB, 1 * kGiB)) << "the quarter rules";
   // Two ranks of a 7B export on one H100 (same-device) at --cache-max-entry-count
-  // 0.99: each rank, measuring free memory before the other's load, saw room
-  // for its copies beside the plan's KV cache, and the second rank's cache
+  // 0.99: each rank saw room for its copies beside the plan's KV cache
+  // without counting the other's share, and the second rank's cache
   // allocation then ran out of memory. The other rank's share and copies count.
   const size_t free = 78 * kGiB + kGiB / 2, total = 79 * kGiB, rank_weights = 2433 * kGiB / 1000,
                rank_copies = 1730 * kGiB / 1000, plan = 72 * kGiB;
