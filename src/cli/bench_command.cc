@@ -41,7 +41,8 @@ struct BenchArgs {
 };
 
 int64_t parameter_count(const model::ModelSpec& s) {
-  return s.num_layers * s.linear_params_per_layer() + s.vocab_size * s.hidden_size;  // the LM head; embedding rows read per token are negligible
+  // The LM head's rows count; the embedding rows read per token are negligible.
+  return s.num_layers * s.linear_params_per_layer() + s.vocab_size * s.hidden_size;
 }
 
 void bench_prefill(model::Transformer& model, int64_t tokens, double matmul_rate) {

@@ -117,7 +117,7 @@ void W4Linear::plan_copies(size_t weight_bytes, size_t packed_bytes) {
   if (second_copies_fit(free, total, weight_bytes, packed_bytes, reserved_, ranks_sharing_)) return;
   sm90_mode_ = 0;
   const double gib = double(1ull << 30);
-  const size_t peers = (weight_bytes + packed_bytes) * static_cast<size_t>(std::max(ranks_sharing_, 1) - 1);
+  const size_t peers = peer_shares_bytes(weight_bytes, packed_bytes, ranks_sharing_);
   const std::string kept =
       reserved_ + peers > total / 4
           ? fmt::format("the {:.1f} GiB the memory plan gave the KV cache and the steps{}", reserved_ / gib,

@@ -34,10 +34,14 @@ namespace tessera::backend::cuda {
 // share like this one and deciding alike; the others' shares and copies are
 // kept free too. (A rank that measures free after a peer's load counts that
 // peer twice: it keeps one copy where both might have fit, never the reverse.)
+// The other ranks' weights and copies where ranks_sharing ranks load alike.
+inline size_t peer_shares_bytes(size_t weight_bytes, size_t packed_bytes, int ranks_sharing) {
+  return (weight_bytes + packed_bytes) * static_cast<size_t>(std::max(ranks_sharing, 1) - 1);
+}
 inline bool second_copies_fit(size_t free, size_t total, size_t weight_bytes, size_t packed_bytes,
                               size_t reserved = 0, int ranks_sharing = 1) {
   const size_t rank = weight_bytes + packed_bytes;
-  const size_t peers = rank * static_cast<size_t>(std::max(ranks_sharing, 1) - 1);
+  const size_t peers = peer_shares_bytes(weight_bytes, packed_bytes, ranks_sharing);
   return free >= rank && free - rank >= std::max(total / 4, reserved + peers);
 }
 
