@@ -3,7 +3,9 @@
 // lengths are drawn, from a seed, uniformly within ±spread of the given means,
 // and reports requests/s, output tokens/s, time to first token (TTFT) and time
 // per output token after the first (TPOT, per request: (last − first content
-// chunk) ÷ (output tokens − 1)) at p50 and p99.
+// chunk) ÷ (output tokens − 1)) at p50 and p99. A request whose stream
+// finished with tokens but no text (every token decoded to nothing) counts as
+// completed, with its tokens, and is left out of TTFT and TPOT.
 //
 // Clients: one thread each, with a blocking Beast stream. A client's
 // timestamps are then taken on its own thread right after its own read
@@ -209,7 +211,10 @@ struct Result {
   bool ok = false;
   std::string error;
   int64_t output_tokens = 0;
-  double ttft = 0;  // seconds from sending to the first content chunk
+  // Seconds from sending to the first content chunk; -1 when no chunk carried
+  // text (every token decoded to nothing, e.g. ids past the tokenizer's or
+  // special tokens): the request completed, but has no first-token time.
+  double ttft = -1;
   double tpot = -1;  // seconds per output token after the first; -1 when there was one token
   Clock::time_point end;
 };
@@ -279,10 +284,10 @@ Result run_one(Connection& connection, const BenchServeArgs& args, const std::st
   }
   if (!done) r.error = "the stream ended without data: [DONE]";
   else if (usage_tokens < 0) r.error = "the stream had no usage (stream_options.include_usage)";
-  else if (!first) r.error = "the stream had no content chunk";
   if (!r.error.empty()) return r;
   r.ok = true;
   r.output_tokens = usage_tokens;
+  if (!first) return r;
   r.ttft = std::chrono::duration<double>(*first - start).count();
   if (usage_tokens > 1) r.tpot = std::chrono::duration<double>(*last - *first).count() / (usage_tokens - 1);
   return r;
@@ -357,7 +362,7 @@ int run_bench_serve(const BenchServeArgs& args) {
   }
   for (std::thread& t : threads) t.join();
   Clock::time_point end = start;
-  int64_t failures = 0, output_tokens = 0;
+  int64_t failures = 0, output_tokens = 0, textless = 0;
   std::vector<double> ttft, tpot;
   std::string first_error;
   for (const Result& r : results) {
@@ -367,6 +372,10 @@ int run_bench_serve(const BenchServeArgs& args) {
     }
     end = std::max(end, r.end);
     output_tokens += r.output_tokens;
+    if (r.ttft < 0) {
+      ++textless;
+      continue;
+    }
     ttft.push_back(r.ttft * 1e3);
     if (r.tpot >= 0) tpot.push_back(r.tpot * 1e3);
   }
@@ -380,6 +389,12 @@ int run_bench_serve(const BenchServeArgs& args) {
   fmt::print("output tokens/s {:.1f}\n", wall > 0 ? output_tokens / wall : 0.0);
   fmt::print("TTFT            p50 {:.2f} ms, p99 {:.2f} ms\n", percentile(ttft, 50), percentile(ttft, 99));
   fmt::print("TPOT            p50 {:.3f} ms, p99 {:.3f} ms\n", percentile(tpot, 50), percentile(tpot, 99));
+  if (textless > 0) {
+    fmt::print("without text    {}\n", textless);
+    log_warning("{} of {} requests finished with tokens but sent no text (their tokens decode to nothing): counted in "
+             "the tokens, left out of TTFT and TPOT",
+             textless, completed);
+  }
   if (failures > 0) {
     log_error("{} of {} requests failed; the first: {}", failures, args.requests, first_error);
     return 1;

@@ -1,9 +1,13 @@
 """`tessera bench serve` against the demo model on a loopback server: the report has every number, no request
-fails and the output tokens are those the seeded lengths asked for; an unreachable URL is a clear error."""
+fails and the output tokens are those the seeded lengths asked for; an unreachable URL is a clear error; streams
+whose tokens decode to no text complete (against a stand-in server that sends such streams)."""
 
+import http.server
+import json
 import re
 import socket
 import subprocess
+import threading
 
 import pytest
 
@@ -62,3 +66,50 @@ def test_bench_serve_unreachable_url_is_a_clear_error(tessera_bin):
     assert out.returncode != 0
     assert f"cannot reach the server at {url}" in out.stderr, out.stderr
     assert "tessera serve api_server" in out.stderr, out.stderr
+
+
+class _TextlessStream(http.server.BaseHTTPRequestHandler):
+    """Answers every completion with a stream whose tokens decode to no text: a finishing chunk, usage, [DONE]."""
+    tokens = 5
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": "silent", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        events = [{"choices": [{"index": 0, "text": "", "finish_reason": "length"}]},
+                  {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": self.tokens,
+                                            "total_tokens": 4 + self.tokens}}]
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+
+def test_bench_serve_counts_streams_without_text_as_completed(tessera_bin):
+    # Tokens that decode to nothing (ids past a small tokenizer, special tokens) give a stream with no text
+    # chunk: the request still completed and its tokens count, but it has no first-token time.
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TextlessStream)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        out = subprocess.run([str(tessera_bin), "bench", "serve", "--url", f"http://127.0.0.1:{httpd.server_port}",
+                              "--concurrency", "2", "--requests", "3", "--output-tokens", "5", "--spread", "0"],
+                             capture_output=True, text=True, timeout=env_timeout())
+    finally:
+        httpd.shutdown()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert number(out.stdout, "failures") == 0, out.stdout
+    assert number(out.stdout, "output tokens") == 3 * _TextlessStream.tokens, out.stdout
+    assert number(out.stdout, "without text") == 3, out.stdout
+    assert "3 of 3 requests finished with tokens but sent no text" in out.stderr, out.stderr
