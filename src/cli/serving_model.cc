@@ -14,7 +14,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/tp_executor.h"
 #include "engine/warmup.h"
-#include "model/loader/awq.h"
+#include "model/loader/quantized_linear.h"
 #include "model/loader/hf_config.h"
 #include "model/shard.h"
 
@@ -60,8 +60,8 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
       ->capture_default_str()
       ->check(CLI::IsMember({0, 4, 8}));
   cmd->add_option("--model-format", a.model_format,
-                  "hf (16-bit, or llama) or awq (4-bit AWQ, e.g. LMDeploy's lite auto_awq export); default: read "
-                  "from config.json; gptq and fp8 are not supported yet")
+                  "hf (16-bit, or llama), awq (4-bit AWQ, e.g. LMDeploy's lite auto_awq export) or gptq (4-bit "
+                  "GPTQ, e.g. a *-GPTQ-Int4 model); default: read from config.json; fp8 is not supported yet")
       ->check(CLI::IsMember({"hf", "llama", "awq", "gptq", "fp8"}));
   cmd->add_option("--rope-scaling-factor", a.rope_scaling_factor, "dynamic NTK factor over the model's config (0: as configured)")
       ->capture_default_str()
@@ -75,9 +75,10 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
 
 void check_supported(const EngineArgs& a) {
   comm::ranks_per_node(a.tp, a.nnodes, a.node_rank);  // --tp splits over --nnodes, --node-rank is one of them
-  if (a.model_format == "gptq" || a.model_format == "fp8") {
-    throw Error(ErrorKind::kUnsupported, fmt::format("--model-format {} is not supported yet", a.model_format),
-                "use a 16-bit Hugging Face checkpoint (--model-format hf) or an AWQ one (--model-format awq)");
+  if (a.model_format == "fp8") {
+    throw Error(ErrorKind::kUnsupported, "--model-format fp8 is not supported yet",
+                "use a 16-bit Hugging Face checkpoint (--model-format hf), an AWQ one (--model-format awq) or a GPTQ "
+                "one (--model-format gptq)");
   }
   if (a.quant_policy != 0) {
     throw Error(ErrorKind::kUnsupported, fmt::format("--quant-policy {} (a quantized KV cache) is not supported yet", a.quant_policy),
@@ -157,7 +158,7 @@ std::string node_fingerprint(const EngineArgs& a, const ServingModel& s) {
   const model::ModelSpec& spec = s.spec;
   return fmt::format("{} layers of hidden {}, {} heads ({} KV), vocab {}, {}, {} on {}, KV blocks of {} tokens",
                      spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size,
-                     spec.quantization.awq() ? "AWQ 4-bit" : "16-bit weights", dtype_name(s.dtype),
+                     spec.quantization.awq() ? "AWQ 4-bit" : spec.quantization.gptq() ? "GPTQ 4-bit" : "16-bit weights", dtype_name(s.dtype),
                      s.device.is_cpu() ? "CPU" : "GPU", a.cache_block_seq_len);
 }
 
@@ -200,7 +201,7 @@ void check_weights_fit_on_gpus(const std::string& model_dir, DType dtype, int tp
   for (const auto& [d, bytes] : need) {
     const backend::CudaDeviceInfo info = backend::cuda_device_info(d);
     engine::check_weights_fit(bytes, info.free_memory, info.total_memory, fmt::format("cuda:{}", d), tp,
-                              spec.quantization.awq());
+                              spec.quantization.four_bit());
   }
 }
 

@@ -29,16 +29,37 @@ struct RopeScaling {
   std::optional<double> attention_factor;  // yarn's mscale; derived from factor when absent
 };
 
-// config.json "quantization_config" (AutoAWQ / LMDeploy exports): 4-bit
-// weights of the linear layers, the embeddings, LM head, norms and biases 16-bit.
+// config.json "quantization_config": 4-bit weights of the linear layers in
+// groups with a scale and a zero point each, from an AWQ export (AutoAWQ,
+// LMDeploy's `lite auto_awq`) or a GPTQ one (AutoGPTQ, GPTQModel, Hugging
+// Face's optimum); the embeddings, LM head, norms and biases stay 16-bit. Both
+// formats load into the same canonical 4-bit weights
+// (backend/quantized_weight.h), so every kernel serves both.
 struct QuantizationConfig {
-  std::string method;      // "" (16-bit weights) or "awq"
+  std::string method;      // "" (16-bit weights), "awq" or "gptq"
   int64_t bits = 0;        // 4
   int64_t group_size = 0;  // 32, 64 or 128
-  bool zero_point = true;
-  std::string version;     // "gemm"
+  bool zero_point = true;  // awq
+  std::string version;     // awq: "gemm"
+  // gptq: how the checkpoint stores zero points. "gptq" (AutoGPTQ's, the
+  // default) stores each zero minus one; "gptq_v2" (GPTQModel's) stores it.
+  std::string checkpoint_format;
+  bool desc_act = false;   // gptq: act-order, where g_idx may put inputs out of group order
+
+  // What `lite auto_awq` writes: AWQ's GEMM layout, 4 bits, zero points.
+  static QuantizationConfig awq_gemm(int64_t group_size) {
+    QuantizationConfig config;
+    config.method = "awq";
+    config.bits = 4;
+    config.group_size = group_size;
+    config.version = "gemm";
+    return config;
+  }
 
   bool awq() const { return method == "awq"; }
+  bool gptq() const { return method == "gptq"; }
+  // The linears are 4-bit groups (either format).
+  bool four_bit() const { return awq() || gptq(); }
   // Bytes of `params` weights packed on a GPU: `bits` each, and 4 bytes a
   // group of scale and zero point (one word in the tiles, two 16-bit values
   // in the Hopper GEMM's copy).

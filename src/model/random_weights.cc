@@ -108,7 +108,7 @@ backend::QuantizedWeight random_quantized_weight(int64_t out, int64_t in, int64_
 std::unique_ptr<Transformer> make_random_transformer(const ModelSpec& spec_in, backend::Backend& backend,
                                                      uint64_t seed, int64_t awq_group_size) {
   ModelSpec spec = spec_in;
-  if (awq_group_size > 0) spec.quantization = {"awq", 4, awq_group_size, true, "gemm"};
+  if (awq_group_size > 0) spec.quantization = QuantizationConfig::awq_gemm(awq_group_size);
   backend.check_supported({spec.head_dim, spec.num_heads, spec.num_kv_heads});
   std::mt19937_64 rng(seed);
   const DType dtype = backend.compute_dtype();

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "model/loader/awq.h"
+#include "model/loader/quantized_linear.h"
 
 namespace tessera::model {
 
@@ -84,9 +84,9 @@ class WeightAssembler {
 
   // Fills `part` of canonical weight `name` from checkpoint tensor `source_name`.
   void fill(const std::string& name, WeightPart part, const std::string& source_name) {
-    if (spec_.quantization.awq() && source_name.ends_with(".weight") && is_linear(name)) {
+    if (spec_.quantization.four_bit() && source_name.ends_with(".weight") && is_linear(name)) {
       const std::string base = source_name.substr(0, source_name.size() - 7);
-      if (has_awq_linear(checkpoint_, base)) return fill_quantized(name, part, base);
+      if (has_quantized_linear(checkpoint_, base)) return fill_quantized(name, part, base);
     }
     const CheckpointTensor& source = checkpoint_.get(source_name);
     Tensor& target = tensor_for(name);
@@ -135,14 +135,14 @@ class WeightAssembler {
     return name.ends_with(".qkv") || name.ends_with(".o") || name.ends_with(".gate_up") || name.ends_with(".down");
   }
 
-  // A 4-bit part: read and repacked (loader/awq.h) into the canonical
+  // A 4-bit part: read and repacked (loader/quantized_linear.h) into the canonical
   // layout's rows, so q | k | v, gate | up and InternLM2's head groups are
   // placed exactly as the 16-bit rows are.
   void fill_quantized(const std::string& name, WeightPart part, const std::string& base) {
     const Shape full = canonical_shape(spec_, name);
     const int64_t width = full[1], group = spec_.quantization.group_size;
     auto [row_begin, row_count] = part_rows(spec_, part, full[0]);
-    backend::QuantizedWeight q = read_awq_linear(checkpoint_, base, row_count, width, group);
+    backend::QuantizedWeight q = read_quantized_linear(checkpoint_, base, row_count, width, spec_.quantization);
     Tensor* targets[3] = {&part_for(name + ".qweight", {full[0], width / 8}, DType::kI32),
                           &part_for(name + ".scales", {full[0], width / group}, DType::kF16),
                           &part_for(name + ".zeros", {full[0], width / group}, DType::kU8)};
@@ -248,7 +248,7 @@ class UploadProgress {
 ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, const TpShard& shard,
                             backend::Backend& backend, bool log_progress) {
   UploadProgress progress(spec, backend, log_progress);
-  if (spec.quantization.awq() && spec.quantization.group_size > 0) {
+  if (spec.quantization.four_bit() && spec.quantization.group_size > 0) {
     // This rank's weights and its 4-bit linears' bytes (16-bit for the rest),
     // for a backend that would keep the 4-bit ones twice.
     const int64_t packed = spec.num_layers * spec.quantization.packed_bytes(shard.linear_params_per_layer(spec));

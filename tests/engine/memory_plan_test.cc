@@ -151,12 +151,12 @@ TEST(engineMemoryPlan, TheRtx4090ReportsModelFitsAtTp2AndNotOnOneCard) {
     in.cache_max_entry_count = 0.8;
     in.session_len = 32768;
     in.max_batch_size = 64;
-    check_weights_fit(in.weight_bytes, free_bytes, total, "cuda:0", 2, s.quantization.awq());
+    check_weights_fit(in.weight_bytes, free_bytes, total, "cuda:0", 2, s.quantization.four_bit());
     return plan_memory(in);
   };
   const MemoryPlan bf16 = plan_at_tp2(spec);
   EXPECT_GT(bf16.num_blocks, 200) << bf16.table;  // 2.7 GiB of cache: some 29,000 tokens
-  spec.quantization = {"awq", 4, 128, true, "gemm"};
+  spec.quantization = model::QuantizationConfig::awq_gemm(128);
   const MemoryPlan awq = plan_at_tp2(spec);
   EXPECT_GT(awq.num_blocks, 3 * bf16.num_blocks) << awq.table;
   spec.quantization = {};
@@ -181,7 +181,7 @@ TEST(engineMemoryPlan, SizesFromTheModelShape) {
   // An AWQ checkpoint in groups of 4 inputs: packed on a GPU, its 576 linear
   // weights a layer take half a byte each and 4 bytes per group and output
   // (576 / 4 = 144 of them); the rest stays 16-bit: 1272 - 2 * 576 = 120.
-  s.quantization = {"awq", 4, 4, true, "gemm"};
+  s.quantization = model::QuantizationConfig::awq_gemm(4);
   EXPECT_EQ(weight_bytes(s, DType::kBF16, true), 120u * 2 + 2 * (576 / 2 + 144 * 4));
   EXPECT_EQ(weight_bytes(s, DType::kBF16, false), 1272u * 2);  // the CPU: dequantized
   s.quantization = {};

@@ -51,7 +51,8 @@ def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model-format", "gptq"], "--model-format gptq is not supported yet"),
+    (["--model-format", "fp8"], "--model-format fp8 is not supported yet"),
+    (["--model-format", "gptq"], "declares no GPTQ quantization_config"),
     (["--model-format", "awq"], "declares no AWQ quantization_config"),
     (["--quant-policy", "8"], "--quant-policy 8"),
     (["--nnodes", "2"], "--tp 1 does not split over --nnodes 2"),

@@ -152,8 +152,9 @@ void write_awq_model(const std::filesystem::path& model_dir, const std::filesyst
 void write_awq_model(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
                      int64_t group_size, const AwqCalibration& calibration) {
   const ModelSpec spec = read_model_spec(model_dir);
-  if (spec.quantization.awq()) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} is already an AWQ checkpoint", model_dir.string()),
+  if (spec.quantization.four_bit()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{} is already a 4-bit ({}) checkpoint", model_dir.string(), spec.quantization.method),
                 "quantize the 16-bit model it came from");
   }
   const Architecture& arch = find_architecture(spec.architecture);

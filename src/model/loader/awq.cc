@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/loader/quantized_linear.h"
 
 namespace tessera::model {
 
@@ -12,22 +13,8 @@ namespace {
 
 const Tensor& expect_tensor(const Checkpoint& checkpoint, const std::string& name, DType dtype, const Shape& shape,
                             const std::string& meaning) {
-  const CheckpointTensor& source = checkpoint.get(name);
-  if (source.tensor.shape() != shape) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{}: AWQ tensor '{}' has shape {}, expected {} ({})", source.file, name,
-                            shape_to_string(source.tensor.shape()), shape_to_string(shape), meaning),
-                "the checkpoint does not match config.json (hidden size, heads, intermediate size or "
-                "quantization_config.group_size); is it an AWQ GEMM export of this model?");
-  }
-  const bool ok = dtype == DType::kF16 ? dtype_is_float(source.tensor.dtype()) : source.tensor.dtype() == dtype;
-  if (!ok) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{}: AWQ tensor '{}' has dtype {}, expected {}", source.file, name,
-                            dtype_name(source.tensor.dtype()), dtype_name(dtype)),
-                "AWQ GEMM checkpoints store qweight and qzeros as int32 and scales as float16");
-  }
-  return source.tensor;
+  return expect_quantized_tensor(checkpoint, name, dtype, shape, meaning, "AWQ",
+                                 "AWQ GEMM checkpoints store qweight and qzeros as int32 and scales as float16");
 }
 
 }  // namespace
@@ -51,10 +38,6 @@ void pack_awq_matrix(const uint8_t* values, int64_t rows, int64_t out, int32_t* 
       awq[r * columns + c] = static_cast<int32_t>(word);
     }
   }
-}
-
-bool has_awq_linear(const Checkpoint& checkpoint, const std::string& base) {
-  return checkpoint.contains(base + ".qweight");
 }
 
 backend::QuantizedWeight read_awq_linear(const Checkpoint& checkpoint, const std::string& base, int64_t out,
@@ -123,25 +106,6 @@ AwqTensors to_awq_tensors(const backend::QuantizedWeight& w) {
     for (int64_t g = 0; g < groups; ++g) d[g * out + o] = s[o * groups + g];
   }
   return t;
-}
-
-void check_model_format(const ModelSpec& spec, const std::string& format, const std::string& model_dir) {
-  if (format.empty()) return;
-  if (format == "gptq" || format == "fp8") {
-    throw Error(ErrorKind::kUnsupported, fmt::format("--model-format {} is not supported yet", format),
-                "tessera serves 16-bit (hf) and AWQ 4-bit (awq) checkpoints; quantize with `tessera lite auto_awq`");
-  }
-  if (format == "awq" && !spec.quantization.awq()) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("--model-format awq, but {}/config.json declares no AWQ quantization_config", model_dir),
-                "drop --model-format (the format is read from config.json), or quantize the model first: tessera "
-                "lite auto_awq MODEL OUT");
-  }
-  if ((format == "hf" || format == "llama") && spec.quantization.awq()) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("--model-format {}, but {}/config.json declares AWQ 4-bit weights", format, model_dir),
-                "pass --model-format awq, or drop --model-format (the format is read from config.json)");
-  }
 }
 
 }  // namespace tessera::model

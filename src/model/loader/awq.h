@@ -14,15 +14,10 @@
 
 #include "backend/quantized_weight.h"
 #include "model/loader/checkpoint.h"
-#include "model/model_spec.h"
 
 namespace tessera::model {
 
 inline constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-
-// True when the checkpoint holds `<base>.qweight` (base: a 16-bit weight's
-// name without ".weight").
-bool has_awq_linear(const Checkpoint& checkpoint, const std::string& base);
 
 // Reads and repacks `<base>.{qweight,qzeros,scales}` of a linear [out, in].
 // Throws Error(kInvalidArgument) naming the tensor, the expected and the found
@@ -45,11 +40,5 @@ AwqTensors to_awq_tensors(const backend::QuantizedWeight& weight);
 void unpack_awq_matrix(const int32_t* awq, int64_t rows, int64_t out, uint8_t* values);
 //   pack:   values u8 [out, rows] -> awq i32 [rows, out / 8]
 void pack_awq_matrix(const uint8_t* values, int64_t rows, int64_t out, int32_t* awq);
-
-// LMDeploy's --model-format against what config.json declares: "" detects
-// (any), "hf"/"llama" need 16-bit weights, "awq" needs quantization_config
-// with quant_method awq. Throws Error(kInvalidArgument) saying which to pass,
-// Error(kUnsupported) for gptq and fp8.
-void check_model_format(const ModelSpec& spec, const std::string& format, const std::string& model_dir);
 
 }  // namespace tessera::model

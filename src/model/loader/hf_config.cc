@@ -35,11 +35,15 @@ class ConfigReader {
 
   bool has(const char* key) const { return config_.contains(key) && !config_[key].is_null(); }
 
-  int64_t positive_int(const char* key) const {
+  int64_t integer(const char* key) const {
     if (!has(key)) fail(key, "is missing");
     const json& value = config_[key];
     if (!value.is_number_integer()) fail(key, "must be an integer");
-    int64_t v = value.get<int64_t>();
+    return value.get<int64_t>();
+  }
+  int64_t integer_or(const char* key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
+  int64_t positive_int(const char* key) const {
+    const int64_t v = integer(key);
     if (v <= 0) fail(key, fmt::format("must be positive, got {}", v));
     return v;
   }
@@ -136,8 +140,8 @@ RopeScaling parse_rope_scaling(const json& scaling, const std::string& source, i
   return rope;
 }
 
-// quantization_config: only AWQ's 4-bit GEMM layout with zero points, in
-// groups of 32, 64 or 128 (the small ones for small models).
+// quantization_config: 4-bit linears in groups of 32, 64 or 128 (the small
+// ones for small models) with zero points, as AWQ's GEMM layout or GPTQ's.
 QuantizationConfig parse_quantization(const json& q, const std::string& source) {
   QuantizationConfig out;
   if (q.is_null()) return out;
@@ -153,26 +157,41 @@ QuantizationConfig parse_quantization(const json& q, const std::string& source) 
     return value;
   };
   out.method = text("quant_method", "");
-  if (out.method != "awq") {
+  if (!out.four_bit()) {
     throw Error(ErrorKind::kUnsupported,
                 fmt::format("{}: quantization_config.quant_method '{}' is not supported", source, out.method),
-                "tessera serves AWQ 4-bit checkpoints (quant_method \"awq\", as LMDeploy's `lite auto_awq` and "
-                "AutoAWQ write them) and 16-bit ones");
+                "tessera serves 4-bit AWQ checkpoints (quant_method \"awq\", as LMDeploy's `lite auto_awq` and "
+                "AutoAWQ write them), 4-bit GPTQ ones (quant_method \"gptq\") and 16-bit ones");
   }
+  const std::string name = out.awq() ? "AWQ" : "GPTQ";
   const char* bits_key = reader.has("bits") ? "bits" : "w_bit";  // AutoAWQ's older name
-  out.bits = reader.positive_int_or(bits_key, 4);
-  out.group_size = reader.positive_int_or(reader.has("group_size") ? "group_size" : "q_group_size", 128);
-  out.zero_point = reader.bool_or("zero_point", true);
-  out.version = text("version", "gemm");
+  out.bits = reader.integer_or(bits_key, 4);
+  const char* group_key = reader.has("group_size") ? "group_size" : "q_group_size";
+  out.group_size = reader.integer_or(group_key, 128);  // GPTQ writes -1 for one group per channel
   if (out.bits != 4) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("{}: AWQ with {} bits is not supported", source, out.bits),
-                "tessera's AWQ kernels read 4-bit weights (bits: 4)");
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: {} with {} bits is not supported", source, name, out.bits),
+                fmt::format("tessera's {} kernels read 4-bit weights (bits: 4)", name));
   }
   if (out.group_size != 32 && out.group_size != 64 && out.group_size != 128) {
     throw Error(ErrorKind::kUnsupported,
-                fmt::format("{}: AWQ group_size {} is not supported", source, out.group_size),
-                "supported group sizes: 32, 64, 128");
+                fmt::format("{}: {} group_size {} is not supported", source, name, out.group_size),
+                out.group_size == -1 ? "a group_size of -1 (one group per output channel) is not supported; "
+                                       "supported group sizes: 32, 64, 128"
+                                     : "supported group sizes: 32, 64, 128");
   }
+  if (out.gptq()) {
+    out.desc_act = reader.bool_or("desc_act", false);
+    out.checkpoint_format = text("checkpoint_format", "gptq");
+    if (out.checkpoint_format != "gptq" && out.checkpoint_format != "gptq_v2") {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("{}: GPTQ checkpoint_format '{}' is not supported", source, out.checkpoint_format),
+                  "tessera reads GPTQ's own layout (checkpoint_format \"gptq\" or \"gptq_v2\"); export without "
+                  "converting to another kernel's layout");
+    }
+    return out;
+  }
+  out.zero_point = reader.bool_or("zero_point", true);
+  out.version = text("version", "gemm");
   if (!out.zero_point) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: AWQ without zero points is not supported", source),
                 "quantize with zero_point true (the default of AutoAWQ and LMDeploy)");

@@ -1,0 +1,67 @@
+#include "model/loader/quantized_linear.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/loader/awq.h"
+#include "model/loader/gptq.h"
+
+namespace tessera::model {
+
+bool has_quantized_linear(const Checkpoint& checkpoint, const std::string& base) {
+  return checkpoint.contains(base + ".qweight");
+}
+
+backend::QuantizedWeight read_quantized_linear(const Checkpoint& checkpoint, const std::string& base, int64_t out,
+                                               int64_t in, const QuantizationConfig& config) {
+  if (config.gptq()) return read_gptq_linear(checkpoint, base, out, in, config);
+  return read_awq_linear(checkpoint, base, out, in, config.group_size);
+}
+
+const Tensor& expect_quantized_tensor(const Checkpoint& checkpoint, const std::string& name, DType dtype,
+                                      const Shape& shape, const std::string& meaning, const std::string& format,
+                                      const std::string& dtype_hint) {
+  const CheckpointTensor& source = checkpoint.get(name);
+  if (source.tensor.shape() != shape) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: {} tensor '{}' has shape {}, expected {} ({})", source.file, format, name,
+                            shape_to_string(source.tensor.shape()), shape_to_string(shape), meaning),
+                fmt::format("the checkpoint does not match config.json (hidden size, heads, intermediate size or "
+                            "quantization_config.group_size); is it a {} export of this model?",
+                            format));
+  }
+  const bool ok = dtype == DType::kF16 ? dtype_is_float(source.tensor.dtype()) : source.tensor.dtype() == dtype;
+  if (!ok) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: {} tensor '{}' has dtype {}, expected {}", source.file, format, name,
+                            dtype_name(source.tensor.dtype()), dtype_name(dtype)),
+                dtype_hint);
+  }
+  return source.tensor;
+}
+
+void check_model_format(const ModelSpec& spec, const std::string& format, const std::string& model_dir) {
+  if (format.empty()) return;
+  if (format == "fp8") {
+    throw Error(ErrorKind::kUnsupported, "--model-format fp8 is not supported yet",
+                "tessera serves 16-bit (hf), AWQ 4-bit (awq) and GPTQ 4-bit (gptq) checkpoints; quantize with "
+                "`tessera lite auto_awq`");
+  }
+  const std::string declared = spec.quantization.method;  // "", "awq" or "gptq"
+  const bool sixteen_bit = format == "hf" || format == "llama";
+  if (sixteen_bit ? declared.empty() : declared == format) return;
+  if (declared.empty()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--model-format {}, but {}/config.json declares no {} quantization_config", format,
+                            model_dir, format == "awq" ? "AWQ" : "GPTQ"),
+                "drop --model-format (the format is read from config.json), or quantize the model first: tessera "
+                "lite auto_awq MODEL OUT");
+  }
+  throw Error(ErrorKind::kInvalidArgument,
+              fmt::format("--model-format {}, but {}/config.json declares {} 4-bit weights", format, model_dir,
+                          declared == "awq" ? "AWQ" : "GPTQ"),
+              fmt::format("pass --model-format {}, or drop --model-format (the format is read from config.json)",
+                          declared));
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,139 @@
+"""GPTQ 4-bit checkpoints, against numpy (tools/gptq_reference.py).
+
+- Random GPTQ checkpoints of three architectures (InternLM2's fused wqkv split by heads, Qwen2's
+  16-bit biases, Llama), symmetric and asymmetric, in both zero-point conventions ("gptq": stored
+  minus one; "gptq_v2"), with and without g_idx, beside the same models with numpy-dequantized f32
+  weights: tessera's dequantized canonical weights are bit-identical, and so are its logits.
+  A checkpoint written with the other zero-point convention than it declares is caught.
+- The checkpoint generates with --model-format gptq and is refused with the other formats' flags.
+- Malformed checkpoints and what is not supported (act-order g_idx, 8 bits, group_size -1, another
+  kernel's checkpoint_format) get errors naming the problem.
+"""
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import gptq_reference as ref  # noqa: E402
+from awq_reference import read_safetensors, write_safetensors  # noqa: E402
+from test_awq import SMALL, logits, probe, run_probe, weights  # noqa: E402,F401
+
+CASES = [("InternLM2ForCausalLM", "internlm2", 32, True, None, True),
+         ("Qwen2ForCausalLM", "qwen2", 64, True, "gptq", True),
+         ("LlamaForCausalLM", "llama", 32, False, None, False),
+         ("LlamaForCausalLM", "llama", 64, False, "gptq_v2", True),
+         ("InternLM2ForCausalLM", "internlm2", 32, False, "gptq_v2", False)]
+
+
+@pytest.mark.parametrize("arch, model_type, group, sym, checkpoint_format, with_g_idx", CASES)
+def test_dequantized_weights_and_logits_equal_numpy(probe, tmp_path, arch, model_type, group, sym,
+                                                    checkpoint_format, with_g_idx):
+    gptq, dense = tmp_path / "gptq", tmp_path / "dense"
+    ref.write_random_pair(gptq, dense, arch, dict(SMALL, model_type=model_type), group, seed=11, sym=sym,
+                          checkpoint_format=checkpoint_format, with_g_idx=with_g_idx)
+    got, want = weights(probe, gptq, tmp_path), weights(probe, dense, tmp_path)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+    ids = [1, 5, 9, 33, 70, 2, 17, 88, 41, 3]
+    assert np.array_equal(logits(probe, gptq, tmp_path, ids), logits(probe, dense, tmp_path, ids))
+
+
+@pytest.mark.parametrize("checkpoint_format, wrong_shift", [(None, 0), ("gptq_v2", 1)])
+def test_the_other_zero_point_convention_is_caught(probe, tmp_path, checkpoint_format, wrong_shift):
+    gptq, dense = tmp_path / "gptq", tmp_path / "dense"
+    ref.write_random_pair(gptq, dense, "LlamaForCausalLM", dict(SMALL, model_type="llama"), 32, seed=5, sym=False,
+                          checkpoint_format=checkpoint_format, zero_shift=wrong_shift)
+    got, want = weights(probe, gptq, tmp_path), weights(probe, dense, tmp_path)
+    differing = [n for n in want if not np.array_equal(got[n], want[n])]
+    assert any(n.endswith(".qkv") for n in differing) and any(n.endswith(".down") for n in differing), differing
+
+
+def test_gptq_checkpoint_generates_and_format_flags_are_checked(tessera_bin, tmp_path):
+    # Random weights with the demo model's tokenizer (its vocabulary of 512).
+    demo, gptq, dense = tmp_path / "demo", tmp_path / "gptq", tmp_path / "dense"
+    subprocess.run([str(tessera_bin), "demo_model", str(demo)], check=True, capture_output=True, timeout=120)
+    ref.write_random_pair(gptq, dense, "LlamaForCausalLM", dict(SMALL, vocab_size=512, model_type="llama"), 32,
+                          seed=2, sym=False)
+    for model in (gptq, dense):
+        for f in demo.iterdir():
+            if f.name != "config.json" and f.suffix != ".safetensors":
+                shutil.copy(f, model / f.name)
+
+    def generate(model, *flags):
+        return subprocess.run([str(tessera_bin), "generate", str(model), "--prompt", "hello", "--max-tokens", "8",
+                               "--ignore-eos", *flags], capture_output=True, text=True, timeout=120)
+
+    quantized, reference = generate(gptq, "--model-format", "gptq"), generate(dense)
+    assert quantized.returncode == 0, quantized.stderr
+    assert reference.returncode == 0, reference.stderr
+    assert quantized.stdout.strip() and quantized.stdout == reference.stdout  # the same weights: the same text
+    for flag in ("awq", "hf"):
+        r = generate(gptq, "--model-format", flag)
+        assert r.returncode == 2, r.stderr
+        assert "declares GPTQ 4-bit weights" in r.stderr and "--model-format gptq" in r.stderr, r.stderr
+    r = generate(dense, "--model-format", "gptq")
+    assert r.returncode == 2 and "declares no GPTQ quantization_config" in r.stderr, r.stderr
+
+
+def malformed(tmp_path, edit):
+    """A valid random GPTQ checkpoint, then `edit(config, tensors)` applied to it."""
+    gptq, dense = tmp_path / "gptq", tmp_path / "dense"
+    ref.write_random_pair(gptq, dense, "LlamaForCausalLM", dict(SMALL, model_type="llama"), 32, seed=3)
+    config = json.loads((gptq / "config.json").read_text())
+    tensors = dict(read_safetensors(gptq / "model.safetensors"))
+    edit(config, tensors)
+    (gptq / "config.json").write_text(json.dumps(config))
+    write_safetensors(gptq / "model.safetensors", tensors)
+    return gptq
+
+
+def set_quant(key, value):
+    return lambda config, tensors: config["quantization_config"].__setitem__(key, value)
+
+
+def act_order(config, tensors):
+    config["quantization_config"]["desc_act"] = True
+    g_idx = tensors["model.layers.0.mlp.gate_proj.g_idx"].copy()
+    g_idx[[3, 40]] = g_idx[[40, 3]]  # inputs 3 and 40 trade groups 0 and 1
+    tensors["model.layers.0.mlp.gate_proj.g_idx"] = g_idx
+
+
+def act_order_without_g_idx(config, tensors):
+    config["quantization_config"]["desc_act"] = True
+    del tensors["model.layers.1.self_attn.o_proj.g_idx"]
+
+
+def edit_tensor(name, change):
+    def edit(config, tensors):
+        tensors[name] = change(tensors[name])
+    return edit
+
+
+@pytest.mark.parametrize("edit, kind, messages", [
+    (set_quant("bits", 8), "unsupported", ["GPTQ with 8 bits", "bits: 4"]),
+    (set_quant("group_size", -1), "unsupported", ["GPTQ group_size -1", "one group per output channel"]),
+    (set_quant("checkpoint_format", "marlin"), "unsupported", ["checkpoint_format 'marlin'", "gptq_v2"]),
+    (act_order, "unsupported", ["model.layers.0.mlp.gate_proj.g_idx", "puts input 3 in group 1, not 0",
+                                "desc_act false"]),
+    (act_order_without_g_idx, "invalid_argument", ["desc_act is true", "model.layers.1.self_attn.o_proj.g_idx"]),
+    (set_quant("group_size", 64), "invalid_argument", ["model.layers.0.self_attn.q_proj.qzeros", "[1, 8]",
+                                                       "[2, 8]", "GPTQ"]),
+    (edit_tensor("model.layers.1.mlp.down_proj.qweight", lambda t: np.ascontiguousarray(t[:8])), "invalid_argument",
+     ["model.layers.1.mlp.down_proj.qweight", "has shape [8, 64]", "expected [16, 64]"]),
+    (edit_tensor("model.layers.0.self_attn.k_proj.g_idx", lambda t: t.astype(np.int64)), "invalid_argument",
+     ["model.layers.0.self_attn.k_proj.g_idx", "dtype i64", "int32"]),
+])
+def test_malformed_checkpoints_get_clear_errors(probe, tmp_path, edit, kind, messages):
+    r = run_probe(probe, "weights", malformed(tmp_path, edit), tmp_path / "w.safetensors", check=False)
+    assert r.returncode == 2
+    assert f"error ({kind})" in r.stderr, r.stderr
+    for m in messages:
+        assert m in r.stderr, (m, r.stderr)
