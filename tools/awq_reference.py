@@ -109,37 +109,45 @@ def _linears(arch, c):
             "mlp.down_proj": (h, inter)}
 
 
-def write_random_pair(awq_dir, dense_dir, arch, config, group_size, seed=0, order=ORDER):
-    """A random AWQ checkpoint in awq_dir and the same model with numpy-dequantized f32
-    weights in dense_dir. `order` other than ORDER plants a packing bug in awq_dir only."""
+def write_random_model(quant_dir, dense_dir, arch, config, make_linear, quantization_config, seed=0):
+    """A random 4-bit checkpoint in quant_dir and the same model with numpy-dequantized f32 weights in
+    dense_dir. make_linear(rng, out, inp) -> (tensors by suffix, f32 weight [out, in]) draws each linear in
+    the 4-bit format; quantization_config goes into quant_dir's config.json."""
     rng = np.random.default_rng(seed)
-    prefix = "model."
     names = {"InternLM2ForCausalLM": ("model.tok_embeddings.weight", "output.weight", "attention_norm", "ffn_norm"),
              }.get(arch, ("model.embed_tokens.weight", "lm_head.weight", "input_layernorm", "post_attention_layernorm"))
     h, vocab = config["hidden_size"], config["vocab_size"]
-    awq, dense = {}, {}
+    quant, dense = {}, {}
     shared = {names[0]: rng.normal(0, 1, (vocab, h)).astype(np.float32),
               names[1]: rng.normal(0, 1 / np.sqrt(h), (vocab, h)).astype(np.float32),
               "model.norm.weight": rng.uniform(0.8, 1.2, h).astype(np.float32)}
     for layer in range(config["num_hidden_layers"]):
-        base = f"{prefix}layers.{layer}."
+        base = f"model.layers.{layer}."
         shared[base + names[2] + ".weight"] = rng.uniform(0.8, 1.2, h).astype(np.float32)
         shared[base + names[3] + ".weight"] = rng.uniform(0.8, 1.2, h).astype(np.float32)
         for name, (out, inp) in _linears(arch, config).items():
-            tensors, reference = random_linear(rng, out, inp, group_size, order)
+            tensors, reference = make_linear(rng, out, inp)
             for suffix, t in tensors.items():
-                awq[f"{base}{name}.{suffix}"] = t
+                quant[f"{base}{name}.{suffix}"] = t
             dense[f"{base}{name}.weight"] = reference
         if arch == "Qwen2ForCausalLM":  # 16-bit biases on q, k, v
             for name in ("q_proj", "k_proj", "v_proj"):
                 out = _linears(arch, config)[f"self_attn.{name}"][0]
                 shared[f"{base}self_attn.{name}.bias"] = rng.normal(0, 0.1, out).astype(np.float32)
-    for directory, tensors, quantized in ((awq_dir, awq, True), (dense_dir, dense, False)):
+    for directory, tensors, quantized in ((quant_dir, quant, True), (dense_dir, dense, False)):
         directory = pathlib.Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         write_safetensors(directory / "model.safetensors", {**shared, **tensors})
         c = dict(config, architectures=[arch], torch_dtype="float32")
         if quantized:
-            c["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": group_size,
-                                        "zero_point": True, "version": "gemm"}
+            c["quantization_config"] = quantization_config
         (directory / "config.json").write_text(json.dumps(c, indent=2))
+
+
+def write_random_pair(awq_dir, dense_dir, arch, config, group_size, seed=0, order=ORDER):
+    """A random AWQ checkpoint in awq_dir and the same model with numpy-dequantized f32
+    weights in dense_dir. `order` other than ORDER plants a packing bug in awq_dir only."""
+    write_random_model(awq_dir, dense_dir, arch, config,
+                       lambda rng, out, inp: random_linear(rng, out, inp, group_size, order),
+                       {"quant_method": "awq", "bits": 4, "group_size": group_size, "zero_point": True,
+                        "version": "gemm"}, seed)

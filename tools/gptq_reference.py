@@ -10,12 +10,9 @@ and w[out][in] = (q - zero) * scale, where checkpoint_format "gptq" (the default
 each zero minus one (mod 16) and "gptq_v2" the zero itself.
 """
 
-import json
-import pathlib
-
 import numpy as np
 
-from awq_reference import _linears, write_safetensors
+from awq_reference import write_random_model
 
 
 def pack_rows(values):
@@ -73,41 +70,18 @@ def write_random_pair(gptq_dir, dense_dir, arch, config, group_size, seed=0, sym
                       with_g_idx=True, zero_shift=None):
     """A random GPTQ checkpoint in gptq_dir and the same model with numpy-dequantized f32 weights in dense_dir.
     checkpoint_format None writes no such key (AutoGPTQ's configs), which means "gptq"."""
-    rng = np.random.default_rng(seed)
-    names = {"InternLM2ForCausalLM": ("model.tok_embeddings.weight", "output.weight", "attention_norm", "ffn_norm"),
-             }.get(arch, ("model.embed_tokens.weight", "lm_head.weight", "input_layernorm", "post_attention_layernorm"))
-    h, vocab = config["hidden_size"], config["vocab_size"]
     fmt = checkpoint_format or "gptq"
-    gptq, dense = {}, {}
-    shared = {names[0]: rng.normal(0, 1, (vocab, h)).astype(np.float32),
-              names[1]: rng.normal(0, 1 / np.sqrt(h), (vocab, h)).astype(np.float32),
-              "model.norm.weight": rng.uniform(0.8, 1.2, h).astype(np.float32)}
-    for layer in range(config["num_hidden_layers"]):
-        base = f"model.layers.{layer}."
-        shared[base + names[2] + ".weight"] = rng.uniform(0.8, 1.2, h).astype(np.float32)
-        shared[base + names[3] + ".weight"] = rng.uniform(0.8, 1.2, h).astype(np.float32)
-        for name, (out, inp) in _linears(arch, config).items():
-            tensors, reference = random_linear(rng, out, inp, group_size, sym, fmt, zero_shift)
-            assert zero_shift is not None or np.array_equal(
-                reference, dequantize(tensors["qweight"], tensors["qzeros"], tensors["scales"], tensors["g_idx"], fmt))
-            if not with_g_idx:
-                del tensors["g_idx"]
-            for suffix, t in tensors.items():
-                gptq[f"{base}{name}.{suffix}"] = t
-            dense[f"{base}{name}.weight"] = reference
-        if arch == "Qwen2ForCausalLM":  # 16-bit biases on q, k, v
-            for name in ("q_proj", "k_proj", "v_proj"):
-                out = _linears(arch, config)[f"self_attn.{name}"][0]
-                shared[f"{base}self_attn.{name}.bias"] = rng.normal(0, 0.1, out).astype(np.float32)
-    for directory, tensors, quantized in ((gptq_dir, gptq, True), (dense_dir, dense, False)):
-        directory = pathlib.Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        write_safetensors(directory / "model.safetensors", {**shared, **tensors})
-        c = dict(config, architectures=[arch], torch_dtype="float32")
-        if quantized:
-            c["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": group_size,
-                                        "desc_act": False, "sym": sym, "damp_percent": 0.01,
-                                        "static_groups": False, "true_sequential": True}
-            if checkpoint_format:
-                c["quantization_config"]["checkpoint_format"] = checkpoint_format
-        (directory / "config.json").write_text(json.dumps(c, indent=2))
+
+    def make_linear(rng, out, inp):
+        tensors, reference = random_linear(rng, out, inp, group_size, sym, fmt, zero_shift)
+        assert zero_shift is not None or np.array_equal(
+            reference, dequantize(tensors["qweight"], tensors["qzeros"], tensors["scales"], tensors["g_idx"], fmt))
+        if not with_g_idx:
+            del tensors["g_idx"]
+        return tensors, reference
+
+    quantization_config = {"quant_method": "gptq", "bits": 4, "group_size": group_size, "desc_act": False,
+                           "sym": sym, "damp_percent": 0.01, "static_groups": False, "true_sequential": True}
+    if checkpoint_format:
+        quantization_config["checkpoint_format"] = checkpoint_format
+    write_random_model(gptq_dir, dense_dir, arch, config, make_linear, quantization_config, seed)

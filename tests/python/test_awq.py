@@ -74,12 +74,17 @@ def test_dequantized_weights_and_logits_equal_numpy(probe, tmp_path, arch, model
     config = dict(SMALL, model_type=model_type)
     awq, dense = tmp_path / "awq", tmp_path / "dense"
     ref.write_random_pair(awq, dense, arch, config, group, seed=7)
-    got, want = weights(probe, awq, tmp_path), weights(probe, dense, tmp_path)
+    assert_loads_as(probe, awq, dense, tmp_path)
+
+
+def assert_loads_as(probe, quant, dense, tmp_path):
+    """The 4-bit checkpoint `quant` loads into bit for bit the weights of `dense`, and gives its logits."""
+    got, want = weights(probe, quant, tmp_path), weights(probe, dense, tmp_path)
     assert sorted(got) == sorted(want)
     for name in want:
         assert np.array_equal(got[name], want[name]), name
     ids = [1, 5, 9, 33, 70, 2, 17, 88, 41, 3]
-    assert np.array_equal(logits(probe, awq, tmp_path, ids), logits(probe, dense, tmp_path, ids))
+    assert np.array_equal(logits(probe, quant, tmp_path, ids), logits(probe, dense, tmp_path, ids))
 
 
 def test_a_planted_nibble_order_bug_is_caught(probe, tmp_path):
@@ -196,16 +201,26 @@ def test_auto_awq_refuses_sizes_the_group_does_not_divide(tessera_bin, tmp_path)
     assert r.returncode == 2 and "groups of 128" in r.stderr and "--w-group-size" in r.stderr
 
 
-def malformed(tmp_path, edit):
-    """A valid random AWQ checkpoint, then `edit(config, tensors)` applied to it."""
-    awq, dense = tmp_path / "awq", tmp_path / "dense"
-    ref.write_random_pair(awq, dense, "LlamaForCausalLM", dict(SMALL, model_type="llama"), 32, seed=3)
-    config = json.loads((awq / "config.json").read_text())
-    tensors = dict(ref.read_safetensors(awq / "model.safetensors"))
+def malformed(tmp_path, edit, write_random_pair=ref.write_random_pair):
+    """A valid random 4-bit checkpoint (AWQ unless another format's writer is given), then
+    `edit(config, tensors)` applied to it."""
+    quant, dense = tmp_path / "quant", tmp_path / "dense"
+    write_random_pair(quant, dense, "LlamaForCausalLM", dict(SMALL, model_type="llama"), 32, seed=3)
+    config = json.loads((quant / "config.json").read_text())
+    tensors = dict(ref.read_safetensors(quant / "model.safetensors"))
     edit(config, tensors)
-    (awq / "config.json").write_text(json.dumps(config))
-    ref.write_safetensors(awq / "model.safetensors", tensors)
-    return awq
+    (quant / "config.json").write_text(json.dumps(config))
+    ref.write_safetensors(quant / "model.safetensors", tensors)
+    return quant
+
+
+def assert_refused(probe, model, tmp_path, kind, messages):
+    """Loading `model` fails with exit status 2, an error of `kind` and every one of `messages`."""
+    r = run_probe(probe, "weights", model, tmp_path / "w.safetensors", check=False)
+    assert r.returncode == 2
+    assert f"error ({kind})" in r.stderr, r.stderr
+    for m in messages:
+        assert m in r.stderr, (m, r.stderr)
 
 
 def set_quant(key, value):
@@ -230,11 +245,7 @@ def cut(name, rows=None, columns=None):
      ["model.layers.0.self_attn.o_proj.scales", "[2, 32]", "expected [2, 64]"]),
 ])
 def test_malformed_checkpoints_get_clear_errors(probe, tmp_path, edit, kind, messages):
-    r = run_probe(probe, "weights", malformed(tmp_path, edit), tmp_path / "w.safetensors", check=False)
-    assert r.returncode == 2
-    assert f"error ({kind})" in r.stderr, r.stderr
-    for m in messages:
-        assert m in r.stderr, (m, r.stderr)
+    assert_refused(probe, malformed(tmp_path, edit), tmp_path, kind, messages)
 
 
 # Activation-aware scaling (`--calib-text`). The model: Llama-shaped, the demo

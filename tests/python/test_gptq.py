@@ -10,7 +10,6 @@
   kernel's checkpoint_format) get errors naming the problem.
 """
 
-import json
 import pathlib
 import shutil
 import subprocess
@@ -22,8 +21,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import gptq_reference as ref  # noqa: E402
-from awq_reference import read_safetensors, write_safetensors  # noqa: E402
-from test_awq import SMALL, logits, probe, run_probe, weights  # noqa: E402,F401
+from test_awq import SMALL, assert_loads_as, assert_refused, malformed, probe, set_quant, weights  # noqa: E402,F401
 
 CASES = [("InternLM2ForCausalLM", "internlm2", 32, True, None, True),
          ("Qwen2ForCausalLM", "qwen2", 64, True, "gptq", True),
@@ -38,12 +36,7 @@ def test_dequantized_weights_and_logits_equal_numpy(probe, tmp_path, arch, model
     gptq, dense = tmp_path / "gptq", tmp_path / "dense"
     ref.write_random_pair(gptq, dense, arch, dict(SMALL, model_type=model_type), group, seed=11, sym=sym,
                           checkpoint_format=checkpoint_format, with_g_idx=with_g_idx)
-    got, want = weights(probe, gptq, tmp_path), weights(probe, dense, tmp_path)
-    assert sorted(got) == sorted(want)
-    for name in want:
-        assert np.array_equal(got[name], want[name]), name
-    ids = [1, 5, 9, 33, 70, 2, 17, 88, 41, 3]
-    assert np.array_equal(logits(probe, gptq, tmp_path, ids), logits(probe, dense, tmp_path, ids))
+    assert_loads_as(probe, gptq, dense, tmp_path)
 
 
 @pytest.mark.parametrize("checkpoint_format, wrong_shift", [(None, 0), ("gptq_v2", 1)])
@@ -83,22 +76,6 @@ def test_gptq_checkpoint_generates_and_format_flags_are_checked(tessera_bin, tmp
     assert r.returncode == 2 and "declares no GPTQ quantization_config" in r.stderr, r.stderr
 
 
-def malformed(tmp_path, edit):
-    """A valid random GPTQ checkpoint, then `edit(config, tensors)` applied to it."""
-    gptq, dense = tmp_path / "gptq", tmp_path / "dense"
-    ref.write_random_pair(gptq, dense, "LlamaForCausalLM", dict(SMALL, model_type="llama"), 32, seed=3)
-    config = json.loads((gptq / "config.json").read_text())
-    tensors = dict(read_safetensors(gptq / "model.safetensors"))
-    edit(config, tensors)
-    (gptq / "config.json").write_text(json.dumps(config))
-    write_safetensors(gptq / "model.safetensors", tensors)
-    return gptq
-
-
-def set_quant(key, value):
-    return lambda config, tensors: config["quantization_config"].__setitem__(key, value)
-
-
 def act_order(config, tensors):
     config["quantization_config"]["desc_act"] = True
     g_idx = tensors["model.layers.0.mlp.gate_proj.g_idx"].copy()
@@ -132,8 +109,4 @@ def edit_tensor(name, change):
      ["model.layers.0.self_attn.k_proj.g_idx", "dtype i64", "int32"]),
 ])
 def test_malformed_checkpoints_get_clear_errors(probe, tmp_path, edit, kind, messages):
-    r = run_probe(probe, "weights", malformed(tmp_path, edit), tmp_path / "w.safetensors", check=False)
-    assert r.returncode == 2
-    assert f"error ({kind})" in r.stderr, r.stderr
-    for m in messages:
-        assert m in r.stderr, (m, r.stderr)
+    assert_refused(probe, malformed(tmp_path, edit, ref.write_random_pair), tmp_path, kind, messages)

@@ -72,14 +72,7 @@ backend::QuantizedWeight read_awq_linear(const Checkpoint& checkpoint, const std
   }
   w.zeros = Tensor::empty({out, groups}, DType::kU8);
   unpack_awq_matrix(qzeros.data<int32_t>(), groups, out, w.zeros.data<uint8_t>());
-  // scales: transpose [groups, out] -> [out, groups], as f16.
-  Tensor scales_f16 = scales.dtype() == DType::kF16 ? scales : scales.to_dtype(DType::kF16);
-  w.scales = Tensor::empty({out, groups}, DType::kF16);
-  const auto* s = static_cast<const uint16_t*>(scales_f16.raw_data());
-  auto* d = static_cast<uint16_t*>(w.scales.raw_data());
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t o = 0; o < out; ++o) d[o * groups + g] = s[g * out + o];
-  }
+  w.scales = scales_by_output(scales);
   backend::check_quantized_weight(w, base);
   return w;
 }

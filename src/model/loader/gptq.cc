@@ -80,14 +80,7 @@ backend::QuantizedWeight read_gptq_linear(const Checkpoint& checkpoint, const st
       for (int j = 0; j < 8; ++j) zeros[(8 * c + j) * groups + g] = (((word >> (4 * j)) & 0xF) + offset) & 0xF;
     }
   }
-  // scales: transpose [groups, out] -> [out, groups], as f16.
-  Tensor scales_f16 = scales.dtype() == DType::kF16 ? scales : scales.to_dtype(DType::kF16);
-  w.scales = Tensor::empty({out, groups}, DType::kF16);
-  const auto* s = static_cast<const uint16_t*>(scales_f16.raw_data());
-  auto* d = static_cast<uint16_t*>(w.scales.raw_data());
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t o = 0; o < out; ++o) d[o * groups + g] = s[g * out + o];
-  }
+  w.scales = scales_by_output(scales);
   backend::check_quantized_weight(w, base);
   return w;
 }

@@ -40,6 +40,18 @@ const Tensor& expect_quantized_tensor(const Checkpoint& checkpoint, const std::s
   return source.tensor;
 }
 
+Tensor scales_by_output(const Tensor& scales) {
+  const int64_t groups = scales.dim(0), out = scales.dim(1);
+  Tensor scales_f16 = scales.dtype() == DType::kF16 ? scales : scales.to_dtype(DType::kF16);
+  Tensor by_output = Tensor::empty({out, groups}, DType::kF16);
+  const auto* s = static_cast<const uint16_t*>(scales_f16.raw_data());
+  auto* d = static_cast<uint16_t*>(by_output.raw_data());
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t o = 0; o < out; ++o) d[o * groups + g] = s[g * out + o];
+  }
+  return by_output;
+}
+
 void check_model_format(const ModelSpec& spec, const std::string& format, const std::string& model_dir) {
   if (format.empty()) return;
   if (format == "fp8") {

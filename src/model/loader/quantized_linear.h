@@ -30,6 +30,10 @@ const Tensor& expect_quantized_tensor(const Checkpoint& checkpoint, const std::s
                                       const Shape& shape, const std::string& meaning, const std::string& format,
                                       const std::string& dtype_hint);
 
+// Both formats store scales [groups, out]; the canonical layout wants
+// [out, groups]. Returns that transpose as f16 (converting another float type).
+Tensor scales_by_output(const Tensor& scales);
+
 // LMDeploy's --model-format against what config.json declares: "" detects
 // (any), "hf"/"llama" need 16-bit weights, "awq" and "gptq" need a
 // quantization_config of that quant_method. Throws Error(kInvalidArgument)
