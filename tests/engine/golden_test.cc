@@ -70,6 +70,43 @@ TEST_P(Golden, LogitsAndGreedyMatchTransformers) {
   EXPECT_EQ(produced, greedy) << dir.filename();
 }
 
+// InternLM3ForCausalLM is Llama's layers under Llama's names (its modeling
+// code with bias and qkv_bias false, as released). The Llama fixture, its
+// config.json made InternLM3's, must give transformers' Llama logits and
+// greedy tokens, with the same bounds.
+TEST(GoldenInternLM3, LlamaFixtureAsInternLM3MatchesTransformers) {
+  const std::filesystem::path source = testing::fixtures_dir() / "golden" / "llama_hd128_gqa2";
+  if (!std::filesystem::exists(source)) GTEST_SKIP() << "no fixture " << source;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tessera-golden-internlm3";
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(source, dir);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  config["architectures"] = {"InternLM3ForCausalLM"};
+  config["model_type"] = "internlm3";
+  config.erase("attention_bias");
+  config.erase("mlp_bias");
+  config["bias"] = false;
+  config["qkv_bias"] = false;
+  std::ofstream(dir / "config.json") << config.dump(2);
+
+  nlohmann::json expected = nlohmann::json::parse(std::ifstream(dir / "expected.json"));
+  auto backend = backend::make_cpu_backend();
+  auto model = model::load_transformer(dir, *backend);
+  EXPECT_EQ(model->spec().architecture, "InternLM3ForCausalLM");
+  const auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
+  Tensor logits = testing::prefill_all_logits(*model, prompt);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    std::vector<float> want = expected["logits"][i].get<std::vector<float>>();
+    auto c = testing::compare(logits.data<float>() + i * logits.dim(1), want.data(), want.size());
+    EXPECT_TRUE(c.within(kMaxAbs, kRelNorm)) << "position " << i << ": " << c.describe();
+  }
+  engine::GenerateOptions options;
+  options.max_new_tokens = static_cast<int64_t>(expected["greedy_ids"].size());
+  options.block_size = 4;
+  EXPECT_EQ(engine::generate(*model, prompt, options).tokens, expected["greedy_ids"].get<std::vector<int32_t>>());
+  std::filesystem::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(golden_cases()),
                          [](const auto& info) { return info.param.filename().string(); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Golden);

@@ -80,6 +80,19 @@ TEST(ModelSpec, RefusesBadValuesNamingTheKey) {
   expect_error([&] { parse_model_spec(c, "config.json"); }, ErrorKind::kUnsupported, {"su", "llama3"});
 }
 
+// Biases no architecture loads: a checkpoint declaring them would load
+// without them and compute something else. Declared false, they load.
+TEST(ModelSpec, RefusesLinearBiasesTheArchitecturesDoNotLoad) {
+  for (const char* flag : {"attention_bias", "mlp_bias", "bias", "qkv_bias"}) {
+    json c = llama_config();
+    c[flag] = false;
+    EXPECT_NO_THROW(parse_model_spec(c, "config.json")) << flag;
+    c[flag] = true;
+    expect_error([&] { parse_model_spec(c, "dir/config.json"); }, ErrorKind::kUnsupported,
+                 {"dir/config.json", std::string(flag) + " is true", "LlamaForCausalLM", "not supported"});
+  }
+}
+
 class BrokenCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -106,8 +119,8 @@ TEST_F(BrokenCheckpoint, UnknownArchitectureListsSupportedOnes) {
   edit_config([](json& c) { c["architectures"] = {"GPT2LMHeadModel"}; });
   auto backend = backend::make_cpu_backend();
   expect_error([&] { load_transformer(dir_, *backend); }, ErrorKind::kUnsupported,
-               {"GPT2LMHeadModel", "LlamaForCausalLM", "InternLM2ForCausalLM", "Qwen2ForCausalLM",
-                "MistralForCausalLM"});
+               {"GPT2LMHeadModel", "LlamaForCausalLM", "InternLM2ForCausalLM", "InternLM3ForCausalLM",
+                "Qwen2ForCausalLM", "MistralForCausalLM"});
 }
 
 TEST_F(BrokenCheckpoint, ShapeMismatchNamesFileAndTensor) {

@@ -10,7 +10,8 @@ namespace tessera::model {
 namespace {
 const std::vector<Architecture>& registry() {
   static const std::vector<Architecture> architectures = {
-      llama_architecture(), mistral_architecture(), qwen2_architecture(), internlm2_architecture()};
+      llama_architecture(), mistral_architecture(), qwen2_architecture(), internlm2_architecture(),
+      internlm3_architecture()};
   return architectures;
 }
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -250,6 +251,18 @@ ModelSpec parse_model_spec(const json& config, const std::string& source) {
   // Qwen2 declares a window but only uses it with use_sliding_window = true.
   bool window_enabled = reader.bool_or("use_sliding_window", spec.model_type != "qwen2");
   if (window_enabled && reader.has("sliding_window")) spec.sliding_window = reader.positive_int("sliding_window");
+
+  // Flags that give linear layers biases tessera's architectures do not load
+  // (Qwen2's q/k/v biases are the architecture's own, declared by no flag):
+  // Llama's attention_bias and mlp_bias, InternLM2's bias, InternLM3's bias
+  // and qkv_bias. Loading such a checkpoint without them would be wrong.
+  for (const char* flag : {"attention_bias", "mlp_bias", "bias", "qkv_bias"}) {
+    if (!reader.bool_or(flag, false)) continue;
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: {} is true: biases on the {} linear layers of {} are not supported", source, flag,
+                            std::string_view(flag) == "mlp_bias" ? "MLP's" : "attention's", spec.architecture),
+                "tessera loads biases only where the architecture always has them (Qwen2's q, k and v)");
+  }
 
   spec.tie_word_embeddings = reader.bool_or("tie_word_embeddings", false);
   spec.bos_token_ids = reader.id_list("bos_token_id");
