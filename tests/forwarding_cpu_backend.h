@@ -27,6 +27,10 @@ class ForwardingCpuBackend : public backend::Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
     cpu_->rms_norm(x, weight, eps, out);
   }
+  void head_rms_norm(Tensor& qkv, int64_t num_heads, int64_t num_kv_heads, const Tensor& q_weight,
+                     const Tensor& k_weight, float eps) override {
+    cpu_->head_rms_norm(qkv, num_heads, num_kv_heads, q_weight, k_weight, eps);
+  }
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
     cpu_->add_rms_norm(residual, x, weight, eps, out);
   }

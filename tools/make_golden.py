@@ -72,6 +72,9 @@ CASES = [
     dict(name="llama_bf16", seed=109, **GQA4, save_dtype="bfloat16"),
     dict(name="llama_f16", seed=110, **GQA4, save_dtype="float16"),
     dict(name="qwen2_bias", seed=111, arch="qwen2", hidden=64, nh=4, nkv=2, hd=64, inter=128, vocab=256, tie=False),
+    # head_dim 32 with hidden 64 and 4 heads: Qwen3's head_dim is given, not hidden / heads.
+    dict(name="qwen3_qk_norm", seed=115, arch="qwen3", hidden=64, nh=4, nkv=2, hd=32, inter=128, vocab=256,
+         tie=False, theta=1000000.0),
     dict(name="mistral_gqa4", seed=112, arch="mistral", hidden=64, nh=4, nkv=1, hd=64, inter=128, vocab=256,
          tie=False, sliding_window=6),
     dict(name="internlm2_gqa2", seed=113, layout="internlm2", hidden=128, nh=4, nkv=2, hd=32, inter=128,
@@ -104,7 +107,7 @@ def write_json(path, obj):
 
 def hf_classes(arch):  # (config class, model class)
     import transformers
-    prefix = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[arch]
+    prefix = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}[arch]
     return getattr(transformers, prefix + "Config"), getattr(transformers, prefix + "ForCausalLM")
 
 
@@ -116,7 +119,7 @@ def make_config(arch, case, **extra):
               bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID, attn_implementation="eager")
     if case.get("rope_scaling"):
         kw["rope_scaling"] = copy.deepcopy(case["rope_scaling"])  # transformers mutates it
-    if arch == "qwen2":
+    if arch in ("qwen2", "qwen3"):
         kw["use_sliding_window"] = False
     if arch == "mistral":
         kw["sliding_window"] = case["sliding_window"]
@@ -375,6 +378,9 @@ def make_case(case, out_root):
                      "checked here against the same weights without a window.")
     if arch == "qwen2":
         notes.append("Qwen2: q/k/v projections have (random) biases, o_proj none; use_sliding_window false.")
+    if arch == "qwen3":
+        notes.append("Qwen3: each q head and each k head RMSNorm'ed (random q_norm / k_norm weights) before RoPE; "
+                     "no biases; use_sliding_window false.")
     if case["hd"] * case["nh"] != case["hidden"]:
         notes.append(f"head_dim {case['hd']} given explicitly: nh*hd={case['hd'] * case['nh']} != hidden "
                      f"{case['hidden']}.")

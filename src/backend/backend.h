@@ -132,6 +132,12 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
   // residual += x; out = rms_norm(residual)  residual, x, out [n, hidden]
   virtual void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // Qwen3's q and k norms, in place: every q head and k head of every token
+  // becomes head / rms(head) * weight over head_dim (q heads by q_weight, k
+  // heads by k_weight, both [head_dim]); v is left as it is.
+  //   qkv [n, (num_heads + 2 * num_kv_heads) * head_dim]
+  virtual void head_rms_norm(Tensor& qkv, int64_t num_heads, int64_t num_kv_heads, const Tensor& q_weight,
+                             const Tensor& k_weight, float eps) = 0;
   // out = x · weightᵀ (+ bias)              x [n, in], weight [out, in], bias [out] or undefined, out [n, out]
   //                                         out is in the compute dtype, or f32 (the logits)
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) = 0;

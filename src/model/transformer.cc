@@ -297,6 +297,9 @@ void Transformer::run_layers(const ForwardBatch& batch, backend::PagedKvCache& c
     qkv_fusion.prefetch = {w.o_w4.defined() ? &w.o_w4.qweight : &w.o,
                            w.gate_up_w4.defined() ? &w.gate_up_w4.qweight : &w.gate_up};
     project(qkv_reads_ahead ? ahead_formed : residual, qkv_fusion, w.qkv, w.qkv_w4, w.qkv_bias, qkv, &pending);
+    if (w.q_norm.defined()) {  // Qwen3: each q and k head normalised before RoPE
+      backend_.head_rms_norm(qkv, shard_.num_heads, shard_.num_kv_heads, w.q_norm, w.k_norm, eps);
+    }
     if (trace_) {  // the rotated q and k are traced: the separate ops
       backend_.rope_and_cache_write(qkv, shard_.num_heads, inv_freq, attention_scaling, layer_batch, kv,
                                     cache.block_size);

@@ -35,6 +35,7 @@ Shape canonical_shape(const ModelSpec& spec, const std::string& name) {
   if (name == "final_norm" || name.ends_with(".attn_norm") || name.ends_with(".ffn_norm")) return {h};
   if (name.ends_with(".qkv")) return {spec.qkv_size(), h};
   if (name.ends_with(".qkv_bias")) return {spec.qkv_size()};
+  if (name.ends_with(".q_norm") || name.ends_with(".k_norm")) return {spec.head_dim};
   if (name.ends_with(".o")) return {h, spec.q_size()};
   if (name.ends_with(".gate_up")) return {2 * spec.intermediate_size, h};
   if (name.ends_with(".down")) return {h, spec.intermediate_size};
@@ -288,6 +289,8 @@ ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, con
     lw.attn_norm = take("attn_norm");
     lw.qkv = take("qkv");
     lw.qkv_bias = take("qkv_bias");
+    lw.q_norm = take("q_norm");
+    lw.k_norm = take("k_norm");
     lw.o = take("o");
     lw.ffn_norm = take("ffn_norm");
     lw.gate_up = take("gate_up");

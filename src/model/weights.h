@@ -23,6 +23,8 @@ struct LayerWeights {
   Tensor attn_norm;  // [hidden]
   Tensor qkv;        // [qkv_size, hidden]       rows q | k | v
   Tensor qkv_bias;   // [qkv_size] or undefined
+  Tensor q_norm;     // [head_dim] or undefined: Qwen3's RMSNorm of each q head
+  Tensor k_norm;     // [head_dim] or undefined: and of each k head
   Tensor o;          // [hidden, q_size]
   Tensor ffn_norm;   // [hidden]
   Tensor gate_up;    // [2 * intermediate, hidden] rows gate | up

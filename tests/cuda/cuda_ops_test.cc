@@ -2,6 +2,7 @@
 // interface, on random inputs over a grid of shapes. Inputs are rounded to the
 // CUDA compute dtype first, so both sides see the same numbers; bounds are per
 // dtype. Skips when no GPU is visible. ctest label: gpu.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,6 +95,23 @@ TEST_P(CudaVsCpu, RmsNormAndResidual) {
       expect_close(gpu_out, cpu_out, "add_rms_norm output");
       expect_close(gpu_res, cpu_res, "add_rms_norm residual");
     }
+}
+
+// Qwen3's q and k norms over a grid of head counts and dims: every q and k
+// head normalised in place, v untouched (compared too).
+TEST_P(CudaVsCpu, HeadRmsNormOfQAndK) {
+  for (int64_t n : {1, 5, 64})
+    for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 2}, {32, 8}, {3, 3}})
+      for (int64_t head_dim : {32, 64, 128, 256}) {
+        const int64_t width = (heads + 2 * kv_heads) * head_dim;
+        Tensor qkv = random({n, width}, 6, 3.0f);
+        Tensor qw = random({head_dim}, 7, 0.5f, 1.0f), kw = random({head_dim}, 8, 0.5f, 1.0f);
+        Tensor cpu_qkv = qkv.to_f32(), gpu_qkv = on_gpu(qkv);
+        cpu_->head_rms_norm(cpu_qkv, heads, kv_heads, qw, kw, 1e-6f);
+        cuda_->head_rms_norm(gpu_qkv, heads, kv_heads, on_gpu(qw), on_gpu(kw), 1e-6f);
+        expect_close(gpu_qkv, cpu_qkv, fmt::format("head_rms_norm n {} heads {}/{} head_dim {}", n, heads, kv_heads,
+                                                   head_dim));
+      }
 }
 
 TEST_P(CudaVsCpu, LinearSiluMulAdd) {

@@ -70,6 +70,16 @@ class CpuBackend final : public Backend {
     cpu::rms_norm(x.data<float>(), weight.data<float>(), x.dim(0), x.dim(-1), eps, out.data<float>());
   }
 
+  void head_rms_norm(Tensor& qkv, int64_t num_heads, int64_t num_kv_heads, const Tensor& q_weight,
+                     const Tensor& k_weight, float eps) override {
+    expect_f32(qkv, "qkv");
+    const int64_t head_dim = q_weight.dim(0);
+    expect_shape(k_weight, {head_dim}, "k norm weight");
+    expect_shape(qkv, {qkv.dim(0), (num_heads + 2 * num_kv_heads) * head_dim}, "qkv");
+    cpu::head_rms_norm(qkv.data<float>(), qkv.dim(0), qkv.dim(1), num_heads, num_kv_heads, head_dim,
+                       q_weight.data<float>(), k_weight.data<float>(), eps);
+  }
+
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
     expect_f32(residual, "residual");
     expect_shape(x, residual.shape(), "add_rms_norm input");

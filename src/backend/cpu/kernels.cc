@@ -39,6 +39,17 @@ void rms_norm(const float* x, const float* weight, int64_t n, int64_t hidden, fl
   for (int64_t i = 0; i < n; ++i) rms_norm_row(x + i * hidden, weight, hidden, eps, out + i * hidden);
 }
 
+void head_rms_norm(float* qkv, int64_t n, int64_t row_size, int64_t num_heads, int64_t num_kv_heads,
+                   int64_t head_dim, const float* q_weight, const float* k_weight, float eps) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t h = 0; h < num_heads + num_kv_heads; ++h) {
+      float* head = qkv + i * row_size + h * head_dim;
+      rms_norm_row(head, h < num_heads ? q_weight : k_weight, head_dim, eps, head);  // reads x[j] before writing it
+    }
+  }
+}
+
 void add_rms_norm(float* residual, const float* x, const float* weight, int64_t n, int64_t hidden, float eps,
                   float* out) {
 #pragma omp parallel for

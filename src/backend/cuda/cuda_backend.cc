@@ -238,6 +238,16 @@ class CudaBackend final : public Backend {
     });
   }
 
+  void head_rms_norm(Tensor& qkv, int64_t num_heads, int64_t num_kv_heads, const Tensor& q_weight,
+                     const Tensor& k_weight, float eps) override {
+    if (staging_) return;
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_head_rms_norm<T>(ptr<T>(qkv), qkv.dim(0), num_heads, num_kv_heads, q_weight.dim(0),
+                                    ptr<T>(q_weight), ptr<T>(k_weight), eps, stream_);
+    });
+  }
+
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
     if (staging_) return;
     dispatch(compute_dtype_, [&](auto tag) {

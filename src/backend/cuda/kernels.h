@@ -25,6 +25,13 @@ void launch_embedding(const T* table, int64_t hidden, const int32_t* ids, int64_
 template <typename T>
 void launch_rms_norm(const T* x, const T* weight, int64_t n, int64_t hidden, float eps, T* out, cudaStream_t stream);
 
+// Qwen3's q and k norms, in place: every q and k head of every token of
+// qkv [n, (heads + 2 * kv_heads) * head_dim] is rms_norm'ed over head_dim by
+// q_weight or k_weight [head_dim]; v is not touched.
+template <typename T>
+void launch_head_rms_norm(T* qkv, int64_t n, int64_t heads, int64_t kv_heads, int64_t head_dim, const T* q_weight,
+                          const T* k_weight, float eps, cudaStream_t stream);
+
 // residual += x (rounded to T, as a T-typed residual stream is); out = rms_norm(residual)
 template <typename T>
 void launch_add_rms_norm(T* residual, const T* x, const T* weight, int64_t n, int64_t hidden, float eps, T* out,

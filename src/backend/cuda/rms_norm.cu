@@ -166,9 +166,51 @@ void launch_add_rms_norm(T* residual, const T* x, const T* weight, int64_t n, in
   launch<T, true>(residual, x, weight, n, hidden, eps, out, stream);
 }
 
+namespace {
+
+// RMSNorm over each q and k head (Qwen3's q_norm and k_norm), in place: one
+// warp per head (head_dim 64-256 is 2-8 elements a lane), its sum of squares
+// through shuffles, kHeadWarps heads a block.
+constexpr int kHeadWarps = 4;
+
+template <typename T>
+__global__ void head_rms_norm_kernel(T* qkv, int64_t n, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                     const T* q_weight, const T* k_weight, float eps) {
+  wait_for_previous_kernel();
+  const int64_t normed = heads + kv_heads;  // q and k heads of a token
+  const int64_t item = int64_t{blockIdx.x} * kHeadWarps + threadIdx.x / 32;
+  if (item >= n * normed) return;
+  const int64_t token = item / normed, h = item % normed;
+  T* head = qkv + token * (heads + 2 * kv_heads) * head_dim + h * head_dim;
+  const T* weight = h < heads ? q_weight : k_weight;
+  const int lane = threadIdx.x % 32;
+  float sum_squares = 0.0f;
+  for (int64_t j = lane; j < head_dim; j += 32) {
+    const float v = to_float(head[j]);
+    sum_squares += v * v;
+  }
+  const float inv_rms = rsqrtf(warp_sum(sum_squares) / head_dim + eps);
+  for (int64_t j = lane; j < head_dim; j += 32) head[j] = from_float<T>(to_float(head[j]) * inv_rms * to_float(weight[j]));
+}
+
+}  // namespace
+
+template <typename T>
+void launch_head_rms_norm(T* qkv, int64_t n, int64_t heads, int64_t kv_heads, int64_t head_dim, const T* q_weight,
+                          const T* k_weight, float eps, cudaStream_t stream) {
+  const int64_t items = n * (heads + kv_heads);
+  if (items == 0) return;
+  const unsigned blocks = static_cast<unsigned>((items + kHeadWarps - 1) / kHeadWarps);
+  launch_after(head_rms_norm_kernel<T>, blocks, kHeadWarps * 32, 0, stream, qkv, n, heads, kv_heads, head_dim,
+               q_weight, k_weight, eps);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
 #define INSTANTIATE(T)                                                                                   \
   template void launch_rms_norm<T>(const T*, const T*, int64_t, int64_t, float, T*, cudaStream_t);       \
-  template void launch_add_rms_norm<T>(T*, const T*, const T*, int64_t, int64_t, float, T*, cudaStream_t);
+  template void launch_add_rms_norm<T>(T*, const T*, const T*, int64_t, int64_t, float, T*, cudaStream_t); \
+  template void launch_head_rms_norm<T>(T*, int64_t, int64_t, int64_t, int64_t, const T*, const T*, float,  \
+                                        cudaStream_t);
 TESSERA_FOR_EACH_CUDA_TYPE(INSTANTIATE)
 #undef INSTANTIATE
 

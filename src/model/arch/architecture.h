@@ -4,6 +4,8 @@
 //   layers.L.attn_norm  [hidden]
 //   layers.L.qkv        [(num_heads + 2 * num_kv_heads) * head_dim, hidden]   rows q | k | v
 //   layers.L.qkv_bias   [(num_heads + 2 * num_kv_heads) * head_dim]           (Qwen2)
+//   layers.L.q_norm     [head_dim]   RMSNorm of each q head, before RoPE     (Qwen3)
+//   layers.L.k_norm     [head_dim]   and of each k head                       (Qwen3)
 //   layers.L.o          [hidden, num_heads * head_dim]
 //   layers.L.ffn_norm   [hidden]
 //   layers.L.gate_up    [2 * intermediate, hidden]                           rows gate | up
@@ -71,5 +73,6 @@ Architecture mistral_architecture();
 Architecture qwen2_architecture();
 Architecture internlm2_architecture();
 Architecture internlm3_architecture();
+Architecture qwen3_architecture();
 
 }  // namespace tessera::model

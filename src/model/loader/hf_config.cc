@@ -248,8 +248,9 @@ ModelSpec parse_model_spec(const json& config, const std::string& source) {
     spec.rope_scaling = parse_rope_scaling(*rope_parameters, source, spec.max_position_embeddings);
   }
 
-  // Qwen2 declares a window but only uses it with use_sliding_window = true.
-  bool window_enabled = reader.bool_or("use_sliding_window", spec.model_type != "qwen2");
+  // Qwen2 and Qwen3 declare a window but only use it with use_sliding_window = true.
+  bool window_enabled =
+      reader.bool_or("use_sliding_window", spec.model_type != "qwen2" && spec.model_type != "qwen3");
   if (window_enabled && reader.has("sliding_window")) spec.sliding_window = reader.positive_int("sliding_window");
 
   // Flags that give linear layers biases tessera's architectures do not load
