@@ -53,34 +53,37 @@ def dequantize(qweight, qzeros, scales, g_idx, checkpoint_format="gptq"):
     return ((q - z[g_idx]).astype(np.float32) * s[g_idx]).T.copy()
 
 
-def random_linear(rng, out, inp, group_size, sym=True, checkpoint_format="gptq", zero_shift=None):
+def random_linear(rng, out, inp, group_size, sym=True, checkpoint_format="gptq", zero_shift=None, act_order=False):
     """A random GPTQ linear: (tensors by suffix, its f32 dequantized weight [out, in]).
-    `zero_shift` other than the format's (1 for "gptq", 0 for "gptq_v2") plants a bug."""
+    `zero_shift` other than the format's (1 for "gptq", 0 for "gptq_v2") plants a bug. With `act_order` the
+    inputs are dealt to the groups at random (each group still has group_size of them), as desc_act exports do."""
     q = rng.integers(0, 16, size=(inp, out))
     z = np.full((inp // group_size, out), 8) if sym else rng.integers(0, 16, size=(inp // group_size, out))
     shift = (1 if checkpoint_format == "gptq" else 0) if zero_shift is None else zero_shift
     s = (rng.uniform(0.5, 1.5, size=(inp // group_size, out)) / np.sqrt(inp) / 4).astype(np.float16)
     g_idx = (np.arange(inp) // group_size).astype(np.int32)
+    if act_order:
+        g_idx = rng.permutation(g_idx).astype(np.int32)
     tensors = {"qweight": pack_rows(q), "qzeros": pack_columns((z - shift) & 0xF), "scales": s, "g_idx": g_idx}
     reference = ((q - z[g_idx]).astype(np.float32) * s.astype(np.float32)[g_idx]).T.copy()
     return tensors, reference
 
 
 def write_random_pair(gptq_dir, dense_dir, arch, config, group_size, seed=0, sym=True, checkpoint_format=None,
-                      with_g_idx=True, zero_shift=None):
+                      with_g_idx=True, zero_shift=None, act_order=False):
     """A random GPTQ checkpoint in gptq_dir and the same model with numpy-dequantized f32 weights in dense_dir.
     checkpoint_format None writes no such key (AutoGPTQ's configs), which means "gptq"."""
     fmt = checkpoint_format or "gptq"
 
     def make_linear(rng, out, inp):
-        tensors, reference = random_linear(rng, out, inp, group_size, sym, fmt, zero_shift)
+        tensors, reference = random_linear(rng, out, inp, group_size, sym, fmt, zero_shift, act_order)
         assert zero_shift is not None or np.array_equal(
             reference, dequantize(tensors["qweight"], tensors["qzeros"], tensors["scales"], tensors["g_idx"], fmt))
         if not with_g_idx:
             del tensors["g_idx"]
         return tensors, reference
 
-    quantization_config = {"quant_method": "gptq", "bits": 4, "group_size": group_size, "desc_act": False,
+    quantization_config = {"quant_method": "gptq", "bits": 4, "group_size": group_size, "desc_act": act_order,
                            "sym": sym, "damp_percent": 0.01, "static_groups": False, "true_sequential": True}
     if checkpoint_format:
         quantization_config["checkpoint_format"] = checkpoint_format

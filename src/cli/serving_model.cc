@@ -201,7 +201,7 @@ void check_weights_fit_on_gpus(const std::string& model_dir, DType dtype, int tp
   for (const auto& [d, bytes] : need) {
     const backend::CudaDeviceInfo info = backend::cuda_device_info(d);
     engine::check_weights_fit(bytes, info.free_memory, info.total_memory, fmt::format("cuda:{}", d), tp,
-                              spec.quantization.four_bit());
+                              spec.quantization.kept_four_bit());
   }
 }
 

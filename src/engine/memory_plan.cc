@@ -93,7 +93,7 @@ size_t weight_bytes(const model::ModelSpec& s, DType dtype, bool packed) {
   int64_t unpacked = 2 * s.hidden_size + (s.qkv_bias ? s.qkv_size() : 0);  // norms and biases, per layer
   int64_t total = s.num_layers * unpacked + s.vocab_size * s.hidden_size + s.hidden_size;
   if (!s.tie_word_embeddings) total += s.vocab_size * s.hidden_size;
-  const bool four_bit = packed && s.quantization.four_bit() && s.quantization.group_size > 0;
+  const bool four_bit = packed && s.quantization.kept_four_bit() && s.quantization.group_size > 0;
   if (!four_bit) return dtype_bytes(dtype, static_cast<size_t>(total + s.num_layers * linear));
   const int64_t packed_bytes = s.num_layers * s.quantization.packed_bytes(linear);
   return dtype_bytes(dtype, static_cast<size_t>(total)) + static_cast<size_t>(packed_bytes);

@@ -58,8 +58,12 @@ struct QuantizationConfig {
 
   bool awq() const { return method == "awq"; }
   bool gptq() const { return method == "gptq"; }
-  // The linears are 4-bit groups (either format).
+  // The checkpoint's linears are 4-bit groups (either format).
   bool four_bit() const { return awq() || gptq(); }
+  // They stay 4-bit once loaded. Act-order GPTQ (desc_act) assigns inputs to
+  // groups out of order, which the 4-bit kernels' contiguous groups cannot
+  // express: its linears are dequantized to 16-bit at load instead.
+  bool kept_four_bit() const { return four_bit() && !(gptq() && desc_act); }
   // Bytes of `params` weights packed on a GPU: `bits` each, and 4 bytes a
   // group of scale and zero point (one word in the tiles, two 16-bit values
   // in the Hopper GEMM's copy).

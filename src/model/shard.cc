@@ -54,7 +54,7 @@ std::vector<int> valid_tp_sizes(const ModelSpec& spec) {
     if (spec.num_heads % tp != 0) continue;
     if (spec.num_kv_heads % tp != 0 && tp % spec.num_kv_heads != 0) continue;
     if (spec.intermediate_size < tp) continue;
-    if (spec.quantization.four_bit()) {  // row-parallel 4-bit layers split their inputs in whole groups
+    if (spec.quantization.kept_four_bit()) {  // row-parallel 4-bit layers split their inputs in whole groups
       const int64_t g = spec.quantization.group_size;
       if ((spec.q_size() / tp) % g != 0 || spec.intermediate_size % (tp * g) != 0) continue;
     }
@@ -67,7 +67,7 @@ void check_tp_size(const ModelSpec& spec, int tp) {
   std::vector<int> valid = valid_tp_sizes(spec);
   if (std::find(valid.begin(), valid.end(), tp) != valid.end()) return;
   const std::string groups =
-      spec.quantization.four_bit()
+      spec.quantization.kept_four_bit()
           ? fmt::format(" and its 4-bit layers' inputs ({} attention, {} MLP) in whole groups of {}", spec.q_size(),
                         spec.intermediate_size, spec.quantization.group_size)
           : "";

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/loader/gptq.h"
 #include "model/loader/quantized_linear.h"
 
 namespace tessera::model {
@@ -87,30 +88,17 @@ class WeightAssembler {
   void fill(const std::string& name, WeightPart part, const std::string& source_name) {
     if (spec_.quantization.four_bit() && source_name.ends_with(".weight") && is_linear(name)) {
       const std::string base = source_name.substr(0, source_name.size() - 7);
-      if (has_quantized_linear(checkpoint_, base)) return fill_quantized(name, part, base);
+      if (has_quantized_linear(checkpoint_, base)) {
+        if (spec_.quantization.kept_four_bit()) return fill_quantized(name, part, base);
+        // Act-order GPTQ: the part's rows dequantized, then placed as 16-bit rows are.
+        const Shape full = canonical_shape(spec_, name);
+        const int64_t rows = part_rows(spec_, part, full[0]).second;
+        const Tensor dense = dequantize_gptq_linear(checkpoint_, base, rows, full[1], spec_.quantization);
+        return fill_rows(name, part, dense, checkpoint_.dir().string(), base + ".qweight");
+      }
     }
     const CheckpointTensor& source = checkpoint_.get(source_name);
-    Tensor& target = tensor_for(name);
-    const int64_t width = target.rank() == 2 ? target.dim(1) : 1;
-    auto [row_begin, row_count] = part_rows(spec_, part, target.dim(0));
-    Shape expected = target.rank() == 2 ? Shape{row_count, width} : Shape{row_count};
-    if (source.tensor.shape() != expected) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("{}: tensor '{}' has shape {}, but config.json implies {}", source.file, source_name,
-                              shape_to_string(source.tensor.shape()), shape_to_string(expected)),
-                  "the weights do not match config.json; is the checkpoint complete and the config its own?");
-    }
-    if (!dtype_is_float(source.tensor.dtype())) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("{}: tensor '{}' has dtype {}, expected a float type", source.file, source_name,
-                              dtype_name(source.tensor.dtype())));
-    }
-    float* destination = target.data<float>() + row_begin * width;
-    if (part == WeightPart::kPackedWqkv) {
-      unpack_internlm2_wqkv(spec_, source.tensor, destination);
-    } else {
-      copy_rows_f32(source.tensor, 0, destination, row_count, width);
-    }
+    fill_rows(name, part, source.tensor, source.file, source_name);
   }
 
   std::map<std::string, Tensor> take_all() {
@@ -134,6 +122,33 @@ class WeightAssembler {
 
   static bool is_linear(const std::string& name) {
     return name.ends_with(".qkv") || name.ends_with(".o") || name.ends_with(".gate_up") || name.ends_with(".down");
+  }
+
+  // A 16-bit (or dequantized) part `source` of canonical weight `name`,
+  // checked against the shape config.json implies; `file` and `source_name`
+  // name it in errors.
+  void fill_rows(const std::string& name, WeightPart part, const Tensor& source, const std::string& file,
+                 const std::string& source_name) {
+    Tensor& target = tensor_for(name);
+    const int64_t width = target.rank() == 2 ? target.dim(1) : 1;
+    auto [row_begin, row_count] = part_rows(spec_, part, target.dim(0));
+    Shape expected = target.rank() == 2 ? Shape{row_count, width} : Shape{row_count};
+    if (source.shape() != expected) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: tensor '{}' has shape {}, but config.json implies {}", file, source_name,
+                              shape_to_string(source.shape()), shape_to_string(expected)),
+                  "the weights do not match config.json; is the checkpoint complete and the config its own?");
+    }
+    if (!dtype_is_float(source.dtype())) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: tensor '{}' has dtype {}, expected a float type", file,
+                                                           source_name, dtype_name(source.dtype())));
+    }
+    float* destination = target.data<float>() + row_begin * width;
+    if (part == WeightPart::kPackedWqkv) {
+      unpack_internlm2_wqkv(spec_, source, destination);
+    } else {
+      copy_rows_f32(source, 0, destination, row_count, width);
+    }
   }
 
   // A 4-bit part: read and repacked (loader/quantized_linear.h) into the canonical
@@ -249,7 +264,11 @@ class UploadProgress {
 ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, const TpShard& shard,
                             backend::Backend& backend, bool log_progress) {
   UploadProgress progress(spec, backend, log_progress);
-  if (spec.quantization.four_bit() && spec.quantization.group_size > 0) {
+  if (log_progress && spec.quantization.four_bit() && !spec.quantization.kept_four_bit()) {
+    log_warning("act-order GPTQ (desc_act true): its 4-bit linears are dequantized to 16-bit as they load, so they "
+                 "take 16-bit memory and run the 16-bit kernels; an export with desc_act false stays 4-bit");
+  }
+  if (spec.quantization.kept_four_bit() && spec.quantization.group_size > 0) {
     // This rank's weights and its 4-bit linears' bytes (16-bit for the rest),
     // for a backend that would keep the 4-bit ones twice.
     const int64_t packed = spec.num_layers * spec.quantization.packed_bytes(shard.linear_params_per_layer(spec));

@@ -184,6 +184,11 @@ TEST(engineMemoryPlan, SizesFromTheModelShape) {
   s.quantization = model::QuantizationConfig::awq_gemm(4);
   EXPECT_EQ(weight_bytes(s, DType::kBF16, true), 120u * 2 + 2 * (576 / 2 + 144 * 4));
   EXPECT_EQ(weight_bytes(s, DType::kBF16, false), 1272u * 2);  // the CPU: dequantized
+  // GPTQ in the same groups packs alike; act-order GPTQ is dequantized at load.
+  s.quantization.method = "gptq";
+  EXPECT_EQ(weight_bytes(s, DType::kBF16, true), 120u * 2 + 2 * (576 / 2 + 144 * 4));
+  s.quantization.desc_act = true;
+  EXPECT_EQ(weight_bytes(s, DType::kBF16, true), 1272u * 2);
   s.quantization = {};
   EXPECT_EQ(weight_bytes(s, DType::kBF16, true), 1272u * 2);  // 16-bit weights: packed means nothing
   // Keys and values, 2 layers, 1 kv head, 16 tokens, head_dim 4, bf16.

@@ -6,8 +6,10 @@
   weights: tessera's dequantized canonical weights are bit-identical, and so are its logits.
   A checkpoint written with the other zero-point convention than it declares is caught.
 - The checkpoint generates with --model-format gptq and is refused with the other formats' flags.
-- Malformed checkpoints and what is not supported (act-order g_idx, 8 bits, group_size -1, another
-  kernel's checkpoint_format) get errors naming the problem.
+- Act-order exports (desc_act: inputs dealt to the groups out of order) are dequantized at load: their
+  weights and logits equal numpy's too.
+- Malformed checkpoints (groups out of order without desc_act, a group past the last) and what is not
+  supported (8 bits, group_size -1, another kernel's checkpoint_format) get errors naming the problem.
 """
 
 import pathlib
@@ -23,19 +25,22 @@ sys.path.insert(0, str(ROOT / "tools"))
 import gptq_reference as ref  # noqa: E402
 from test_awq import SMALL, assert_loads_as, assert_refused, malformed, probe, set_quant, weights  # noqa: E402,F401
 
-CASES = [("InternLM2ForCausalLM", "internlm2", 32, True, None, True),
-         ("Qwen2ForCausalLM", "qwen2", 64, True, "gptq", True),
-         ("LlamaForCausalLM", "llama", 32, False, None, False),
-         ("LlamaForCausalLM", "llama", 64, False, "gptq_v2", True),
-         ("InternLM2ForCausalLM", "internlm2", 32, False, "gptq_v2", False)]
+CASES = [("InternLM2ForCausalLM", "internlm2", 32, True, None, True, False),
+         ("Qwen2ForCausalLM", "qwen2", 64, True, "gptq", True, False),
+         ("LlamaForCausalLM", "llama", 32, False, None, False, False),
+         ("LlamaForCausalLM", "llama", 64, False, "gptq_v2", True, False),
+         ("InternLM2ForCausalLM", "internlm2", 32, False, "gptq_v2", False, False),
+         # act-order (desc_act): inputs dealt to the groups at random, dequantized at load
+         ("LlamaForCausalLM", "llama", 32, False, None, True, True),
+         ("InternLM2ForCausalLM", "internlm2", 32, True, "gptq_v2", True, True)]
 
 
-@pytest.mark.parametrize("arch, model_type, group, sym, checkpoint_format, with_g_idx", CASES)
+@pytest.mark.parametrize("arch, model_type, group, sym, checkpoint_format, with_g_idx, act_order", CASES)
 def test_dequantized_weights_and_logits_equal_numpy(probe, tmp_path, arch, model_type, group, sym,
-                                                    checkpoint_format, with_g_idx):
+                                                    checkpoint_format, with_g_idx, act_order):
     gptq, dense = tmp_path / "gptq", tmp_path / "dense"
     ref.write_random_pair(gptq, dense, arch, dict(SMALL, model_type=model_type), group, seed=11, sym=sym,
-                          checkpoint_format=checkpoint_format, with_g_idx=with_g_idx)
+                          checkpoint_format=checkpoint_format, with_g_idx=with_g_idx, act_order=act_order)
     assert_loads_as(probe, gptq, dense, tmp_path)
 
 
@@ -76,11 +81,16 @@ def test_gptq_checkpoint_generates_and_format_flags_are_checked(tessera_bin, tmp
     assert r.returncode == 2 and "declares no GPTQ quantization_config" in r.stderr, r.stderr
 
 
-def act_order(config, tensors):
-    config["quantization_config"]["desc_act"] = True
+def groups_out_of_order(config, tensors):  # without desc_act true
     g_idx = tensors["model.layers.0.mlp.gate_proj.g_idx"].copy()
     g_idx[[3, 40]] = g_idx[[40, 3]]  # inputs 3 and 40 trade groups 0 and 1
     tensors["model.layers.0.mlp.gate_proj.g_idx"] = g_idx
+
+
+def group_past_the_last(config, tensors):
+    g_idx = tensors["model.layers.1.mlp.up_proj.g_idx"].copy()
+    g_idx[5] = 2  # 64 inputs: groups 0 and 1
+    tensors["model.layers.1.mlp.up_proj.g_idx"] = g_idx
 
 
 def act_order_without_g_idx(config, tensors):
@@ -98,8 +108,10 @@ def edit_tensor(name, change):
     (set_quant("bits", 8), "unsupported", ["GPTQ with 8 bits", "bits: 4"]),
     (set_quant("group_size", -1), "unsupported", ["GPTQ group_size -1", "one group per output channel"]),
     (set_quant("checkpoint_format", "marlin"), "unsupported", ["checkpoint_format 'marlin'", "gptq_v2"]),
-    (act_order, "unsupported", ["model.layers.0.mlp.gate_proj.g_idx", "puts input 3 in group 1, not 0",
-                                "desc_act false"]),
+    (groups_out_of_order, "invalid_argument", ["model.layers.0.mlp.gate_proj.g_idx", "puts input 3 in group 1, not 0",
+                                               "desc_act is false", "desc_act true"]),
+    (group_past_the_last, "invalid_argument", ["model.layers.1.mlp.up_proj.g_idx", "puts input 5 in group 2",
+                                               "2 groups"]),
     (act_order_without_g_idx, "invalid_argument", ["desc_act is true", "model.layers.1.self_attn.o_proj.g_idx"]),
     (set_quant("group_size", 64), "invalid_argument", ["model.layers.0.self_attn.q_proj.qzeros", "[1, 8]",
                                                        "[2, 8]", "GPTQ"]),

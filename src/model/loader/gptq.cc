@@ -15,34 +15,28 @@ const Tensor& expect_tensor(const Checkpoint& checkpoint, const std::string& nam
                                  "GPTQ checkpoints store qweight, qzeros and g_idx as int32 and scales as float16");
 }
 
-// g_idx must put input i in group i / group_size: contiguous groups, as the
-// canonical layout has them. An act-order export's permuted groups are refused.
-void check_group_index(const Checkpoint& checkpoint, const std::string& base, int64_t in, int64_t group_size,
-                       const QuantizationConfig& config, const std::string& meaning) {
-  const std::string name = base + ".g_idx";
-  if (!checkpoint.contains(name)) {
-    if (!config.desc_act) return;
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{}: quantization_config.desc_act is true but '{}' is missing", checkpoint.dir().string(),
-                            name),
-                "an act-order GPTQ export stores each linear's g_idx; is the checkpoint complete?");
-  }
-  const Tensor& g_idx = expect_tensor(checkpoint, name, DType::kI32, {in}, meaning);
-  const int32_t* group = g_idx.data<int32_t>();
-  for (int64_t i = 0; i < in; ++i) {
-    if (group[i] == i / group_size) continue;
-    throw Error(ErrorKind::kUnsupported,
-                fmt::format("{}: '{}' puts input {} in group {}, not {}: act-order (desc_act) GPTQ with permuted "
-                            "groups is not supported",
-                            checkpoint.get(name).file, name, i, group[i], i / group_size),
-                "quantize with desc_act false (as the published *-GPTQ-Int4 models are), or use an AWQ export");
-  }
-}
+// One GPTQ linear's tensors, checked against [out, in] and the group size.
+struct GptqLinear {
+  const int32_t* qweight = nullptr;  // [in / 8, out]
+  const int32_t* qzeros = nullptr;   // [groups, out / 8]
+  Tensor scales;                     // f16 [groups, out]
+  const int32_t* g_idx = nullptr;    // [in], or null where the checkpoint has none
+  int64_t out = 0, in = 0, groups = 0;
+  uint32_t zero_offset = 1;          // checkpoint_format gptq stores zero - 1
 
-}  // namespace
+  // q of input i, output o.
+  uint32_t q(int64_t i, int64_t o) const {
+    return (static_cast<uint32_t>(qweight[(i / 8) * out + o]) >> (4 * (i % 8))) & 0xF;
+  }
+  // The zero point of group g, output o.
+  uint32_t zero(int64_t g, int64_t o) const {
+    const uint32_t stored = (static_cast<uint32_t>(qzeros[g * (out / 8) + o / 8]) >> (4 * (o % 8))) & 0xF;
+    return (stored + zero_offset) & 0xF;
+  }
+};
 
-backend::QuantizedWeight read_gptq_linear(const Checkpoint& checkpoint, const std::string& base, int64_t out,
-                                          int64_t in, const QuantizationConfig& config) {
+GptqLinear read_tensors(const Checkpoint& checkpoint, const std::string& base, int64_t out, int64_t in,
+                        const QuantizationConfig& config) {
   const int64_t group_size = config.group_size;
   const std::string what = fmt::format("a linear of {} inputs and {} outputs in groups of {}", in, out, group_size);
   if (out % 8 != 0 || in % group_size != 0 || group_size % 8 != 0) {
@@ -51,12 +45,50 @@ backend::QuantizedWeight read_gptq_linear(const Checkpoint& checkpoint, const st
                             "the group size",
                             base, what));
   }
-  const int64_t groups = in / group_size;
-  const Tensor& qweight = expect_tensor(checkpoint, base + ".qweight", DType::kI32, {in / 8, out}, what);
-  const Tensor& qzeros = expect_tensor(checkpoint, base + ".qzeros", DType::kI32, {groups, out / 8}, what);
-  const Tensor& scales = expect_tensor(checkpoint, base + ".scales", DType::kF16, {groups, out}, what);
-  check_group_index(checkpoint, base, in, group_size, config, what);
+  GptqLinear w;
+  w.out = out;
+  w.in = in;
+  w.groups = in / group_size;
+  w.zero_offset = config.checkpoint_format == "gptq_v2" ? 0 : 1;
+  w.qweight = expect_tensor(checkpoint, base + ".qweight", DType::kI32, {in / 8, out}, what).data<int32_t>();
+  w.qzeros = expect_tensor(checkpoint, base + ".qzeros", DType::kI32, {w.groups, out / 8}, what).data<int32_t>();
+  const Tensor& scales = expect_tensor(checkpoint, base + ".scales", DType::kF16, {w.groups, out}, what);
+  w.scales = scales.dtype() == DType::kF16 ? scales : scales.to_dtype(DType::kF16);
+  const std::string g_idx = base + ".g_idx";
+  if (checkpoint.contains(g_idx)) {
+    w.g_idx = expect_tensor(checkpoint, g_idx, DType::kI32, {in}, what).data<int32_t>();
+    for (int64_t i = 0; i < in; ++i) {
+      if (w.g_idx[i] >= 0 && w.g_idx[i] < w.groups) continue;
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: '{}' puts input {} in group {}, but there are {} groups", checkpoint.get(g_idx).file,
+                              g_idx, i, w.g_idx[i], w.groups),
+                  "the checkpoint is damaged or does not match config.json's group_size");
+    }
+  } else if (config.desc_act) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: quantization_config.desc_act is true but '{}' is missing", checkpoint.dir().string(),
+                            g_idx),
+                "an act-order GPTQ export stores each linear's g_idx; is the checkpoint complete?");
+  }
+  return w;
+}
 
+}  // namespace
+
+backend::QuantizedWeight read_gptq_linear(const Checkpoint& checkpoint, const std::string& base, int64_t out,
+                                          int64_t in, const QuantizationConfig& config) {
+  const GptqLinear source = read_tensors(checkpoint, base, out, in, config);
+  const int64_t groups = source.groups, group_size = config.group_size;
+  if (source.g_idx != nullptr) {  // the groups must be contiguous, as the canonical layout's are
+    for (int64_t i = 0; i < in; ++i) {
+      if (source.g_idx[i] == i / group_size) continue;
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: '{}.g_idx' puts input {} in group {}, not {}, but quantization_config.desc_act is "
+                              "false",
+                              checkpoint.dir().string(), base, i, source.g_idx[i], i / group_size),
+                  "an act-order export declares desc_act true (its linears are then dequantized at load)");
+    }
+  }
   backend::QuantizedWeight w;
   w.out_features = out;
   w.in_features = in;
@@ -64,25 +96,35 @@ backend::QuantizedWeight read_gptq_linear(const Checkpoint& checkpoint, const st
   // qweight: GPTQ's word (r, o) holds inputs 8r .. 8r + 7 of output o in
   // natural order, which is the canonical word (o, r): a transpose.
   w.qweight = Tensor::empty({out, in / 8}, DType::kI32);
-  const int32_t* source = qweight.data<int32_t>();
   int32_t* packed = w.qweight.data<int32_t>();
   for (int64_t r = 0; r < in / 8; ++r) {
-    for (int64_t o = 0; o < out; ++o) packed[o * (in / 8) + r] = source[r * out + o];
+    for (int64_t o = 0; o < out; ++o) packed[o * (in / 8) + r] = source.qweight[r * out + o];
   }
-  // zeros: nibble j of column c is output 8c + j; "gptq" stores zero - 1.
-  const uint32_t offset = config.checkpoint_format == "gptq_v2" ? 0 : 1;
   w.zeros = Tensor::empty({out, groups}, DType::kU8);
-  const int32_t* zero_words = qzeros.data<int32_t>();
   uint8_t* zeros = w.zeros.data<uint8_t>();
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t c = 0; c < out / 8; ++c) {
-      const uint32_t word = static_cast<uint32_t>(zero_words[g * (out / 8) + c]);
-      for (int j = 0; j < 8; ++j) zeros[(8 * c + j) * groups + g] = (((word >> (4 * j)) & 0xF) + offset) & 0xF;
-    }
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t g = 0; g < groups; ++g) zeros[o * groups + g] = static_cast<uint8_t>(source.zero(g, o));
   }
-  w.scales = scales_by_output(scales);
+  w.scales = scales_by_output(source.scales);
   backend::check_quantized_weight(w, base);
   return w;
+}
+
+Tensor dequantize_gptq_linear(const Checkpoint& checkpoint, const std::string& base, int64_t out, int64_t in,
+                              const QuantizationConfig& config) {
+  const GptqLinear source = read_tensors(checkpoint, base, out, in, config);
+  const Tensor scales = source.scales.to_f32();  // [groups, out]
+  const float* s = scales.data<float>();
+  Tensor dense = Tensor::empty({out, in}, DType::kF32);
+  float* w = dense.data<float>();
+  for (int64_t i = 0; i < in; ++i) {
+    const int64_t g = source.g_idx != nullptr ? source.g_idx[i] : i / config.group_size;
+    for (int64_t o = 0; o < out; ++o) {
+      const int32_t q = static_cast<int32_t>(source.q(i, o)), zero = static_cast<int32_t>(source.zero(g, o));
+      w[o * in + i] = static_cast<float>(q - zero) * s[g * out + o];
+    }
+  }
+  return dense;
 }
 
 }  // namespace tessera::model

@@ -8,11 +8,12 @@
 //   <name>.g_idx    i32 [in]              input i's group (optional)
 // and w[o][i] = (q - zero) * scale, where checkpoint_format "gptq" (the
 // default) stores each zero minus one, modulo 16, and "gptq_v2" the zero
-// itself. Act-order exports (desc_act) whose g_idx takes inputs out of group
-// order would need the activations permuted at run time and are refused;
-// with g_idx[i] = i / g the groups are contiguous, as tessera's are.
-// The loader repacks into the canonical layout (backend/quantized_weight.h):
-// its qweight is the transpose of GPTQ's, word for word.
+// itself. With desc_act false g_idx[i] must be i / g: contiguous groups, as
+// tessera's 4-bit layout has them, and the loader repacks into that layout
+// (backend/quantized_weight.h; its qweight is the transpose of GPTQ's, word
+// for word). Act-order exports (desc_act true) put inputs in groups out of
+// order; their linears are dequantized to 16-bit at load
+// (QuantizationConfig::kept_four_bit).
 #pragma once
 
 #include <string>
@@ -25,8 +26,13 @@ namespace tessera::model {
 
 // Reads and repacks `<base>.{qweight,qzeros,scales,g_idx}` of a linear [out, in].
 // Throws Error(kInvalidArgument) naming the tensor, the expected and the found
-// shape or dtype, and Error(kUnsupported) for an act-order g_idx.
+// shape or dtype, or an input whose group is out of order.
 backend::QuantizedWeight read_gptq_linear(const Checkpoint& checkpoint, const std::string& base, int64_t out,
                                           int64_t in, const QuantizationConfig& config);
+
+// The f32 weight [out, in] of a linear, each input in the group g_idx gives
+// it (act-order exports), or i / g without a g_idx.
+Tensor dequantize_gptq_linear(const Checkpoint& checkpoint, const std::string& base, int64_t out, int64_t in,
+                              const QuantizationConfig& config);
 
 }  // namespace tessera::model
