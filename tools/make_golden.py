@@ -75,6 +75,9 @@ CASES = [
     # head_dim 32 with hidden 64 and 4 heads: Qwen3's head_dim is given, not hidden / heads.
     dict(name="qwen3_qk_norm", seed=115, arch="qwen3", hidden=64, nh=4, nkv=2, hd=32, inter=128, vocab=256,
          tie=False, theta=1000000.0),
+    # Phi-3: fused qkv_proj and gate_up_proj, and a sliding window as Phi-3-mini-4k has (2047 there).
+    dict(name="phi3_fused", seed=116, arch="phi3", hidden=64, nh=4, nkv=2, hd=16, inter=128, vocab=256, tie=False,
+         sliding_window=6),
     dict(name="mistral_gqa4", seed=112, arch="mistral", hidden=64, nh=4, nkv=1, hd=64, inter=128, vocab=256,
          tie=False, sliding_window=6),
     dict(name="internlm2_gqa2", seed=113, layout="internlm2", hidden=128, nh=4, nkv=2, hd=32, inter=128,
@@ -107,7 +110,7 @@ def write_json(path, obj):
 
 def hf_classes(arch):  # (config class, model class)
     import transformers
-    prefix = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}[arch]
+    prefix = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral", "phi3": "Phi3"}[arch]
     return getattr(transformers, prefix + "Config"), getattr(transformers, prefix + "ForCausalLM")
 
 
@@ -121,7 +124,7 @@ def make_config(arch, case, **extra):
         kw["rope_scaling"] = copy.deepcopy(case["rope_scaling"])  # transformers mutates it
     if arch in ("qwen2", "qwen3"):
         kw["use_sliding_window"] = False
-    if arch == "mistral":
+    if arch in ("mistral", "phi3"):
         kw["sliding_window"] = case["sliding_window"]
     kw.update(extra)
     config = hf_classes(arch)[0](**kw)
@@ -135,8 +138,12 @@ def build_model(arch, config):
         model.set_attn_implementation("eager")
     assert model.config._attn_implementation == "eager", model.config._attn_implementation
     attn = model.model.layers[0].self_attn
-    q_rows, k_rows = attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0]
     want = (config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim)
+    if hasattr(attn, "qkv_proj"):  # Phi-3: q | k | v in one projection
+        q_rows, k_rows = config.num_attention_heads * attn.head_dim, config.num_key_value_heads * attn.head_dim
+        assert attn.qkv_proj.weight.shape[0] == sum(want) + want[1], attn.qkv_proj.weight.shape
+    else:
+        q_rows, k_rows = attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0]
     if (q_rows, k_rows) != want:  # e.g. an old Qwen2 that ignores config.head_dim
         raise SystemExit(f"this transformers ignores head_dim for {arch}: q/k rows {(q_rows, k_rows)} != {want}")
     return model
@@ -299,9 +306,10 @@ def llama3_bands(theta, hd, rs):
             "low": sum(w > low_wl for w in wls)}
 
 
-def check_sliding_window(model, case, prompt):
-    """Mistral's window must mask keys j <= i - W in eager mode: compare with the same weights, no window."""
-    full = build_model("mistral", make_config("mistral", case, sliding_window=None))
+def check_sliding_window(arch, model, case, prompt):
+    """The window (Mistral's, Phi-3's) must mask keys j <= i - W in eager mode: compare with the same weights,
+    no window."""
+    full = build_model(arch, make_config(arch, case, sliding_window=None))
     full.load_state_dict(model.state_dict())
     w = case["sliding_window"]
     with torch.no_grad():
@@ -371,13 +379,16 @@ def make_case(case, out_root):
                      "The greedy loop re-runs the whole sequence each step, so every token's keys use the base of "
                      "the current total length; a KV cache keeps earlier keys at older bases, so only "
                      "the prompt logits are directly comparable (greedy_full_recompute: true).")
-    if arch == "mistral":
-        check_sliding_window(model, case, prompt)
+    if arch in ("mistral", "phi3"):
+        check_sliding_window(arch, model, case, prompt)
         notes.append(f"sliding_window={case['sliding_window']}: query i attends keys j with i - j < "
                      f"{case['sliding_window']} (W keys including itself), as transformers' eager mask does; "
                      "checked here against the same weights without a window.")
     if arch == "qwen2":
         notes.append("Qwen2: q/k/v projections have (random) biases, o_proj none; use_sliding_window false.")
+    if arch == "phi3":
+        notes.append(f"Phi-3: q|k|v fused in qkv_proj and gate|up in gate_up_proj; sliding_window="
+                     f"{case['sliding_window']}.")
     if arch == "qwen3":
         notes.append("Qwen3: each q head and each k head RMSNorm'ed (random q_norm / k_norm weights) before RoPE; "
                      "no biases; use_sliding_window false.")

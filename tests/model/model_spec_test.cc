@@ -78,6 +78,16 @@ TEST(ModelSpec, RefusesBadValuesNamingTheKey) {
   c = llama_config();
   c["rope_scaling"] = {{"type", "su"}};
   expect_error([&] { parse_model_spec(c, "config.json"); }, ErrorKind::kUnsupported, {"su", "llama3"});
+  // RoPE on part of each head, beside rope_parameters or inside (transformers 5).
+  c = llama_config();
+  c["partial_rotary_factor"] = 0.75;
+  expect_error([&] { parse_model_spec(c, "config.json"); }, ErrorKind::kUnsupported,
+               {"partial_rotary_factor 0.75", "whole head"});
+  c = llama_config();
+  c["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  expect_error([&] { parse_model_spec(c, "config.json"); }, ErrorKind::kUnsupported, {"partial_rotary_factor 0.5"});
+  c["rope_parameters"]["partial_rotary_factor"] = 1.0;
+  EXPECT_NO_THROW(parse_model_spec(c, "config.json"));
 }
 
 // Biases no architecture loads: a checkpoint declaring them would load
@@ -120,7 +130,7 @@ TEST_F(BrokenCheckpoint, UnknownArchitectureListsSupportedOnes) {
   auto backend = backend::make_cpu_backend();
   expect_error([&] { load_transformer(dir_, *backend); }, ErrorKind::kUnsupported,
                {"GPT2LMHeadModel", "LlamaForCausalLM", "InternLM2ForCausalLM", "InternLM3ForCausalLM",
-                "Qwen2ForCausalLM", "MistralForCausalLM"});
+                "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM", "MistralForCausalLM"});
 }
 
 TEST_F(BrokenCheckpoint, ShapeMismatchNamesFileAndTensor) {

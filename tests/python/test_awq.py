@@ -125,7 +125,7 @@ def closeness(a, b):
     return relative, gap, float(np.mean(a.argmax(1) == b.argmax(1)))
 
 
-@pytest.mark.parametrize("case", ["llama_hd128_gqa2", "internlm2_gqa2", "qwen2_bias", "qwen3_qk_norm"])
+@pytest.mark.parametrize("case", ["llama_hd128_gqa2", "internlm2_gqa2", "qwen2_bias", "qwen3_qk_norm", "phi3_fused"])
 def test_auto_awq_of_a_golden_model_stays_close(tessera_bin, probe, tmp_path, case):
     group = 32
     source = golden_model(case)

@@ -74,5 +74,6 @@ Architecture qwen2_architecture();
 Architecture internlm2_architecture();
 Architecture internlm3_architecture();
 Architecture qwen3_architecture();
+Architecture phi3_architecture();
 
 }  // namespace tessera::model

@@ -11,7 +11,7 @@ namespace {
 const std::vector<Architecture>& registry() {
   static const std::vector<Architecture> architectures = {
       llama_architecture(), mistral_architecture(), qwen2_architecture(), internlm2_architecture(),
-      internlm3_architecture(), qwen3_architecture()};
+      internlm3_architecture(), qwen3_architecture(), phi3_architecture()};
   return architectures;
 }
 }  // namespace

@@ -265,6 +265,17 @@ ModelSpec parse_model_spec(const json& config, const std::string& source) {
                 "tessera loads biases only where the architecture always has them (Qwen2's q, k and v)");
   }
 
+  // Rotation of only part of each head (Phi-4-mini, StableLM): tessera's RoPE
+  // rotates all of head_dim.
+  // (transformers 5 writes it into rope_parameters, older configs beside it).
+  double rotary = reader.positive_number_or("partial_rotary_factor", 1.0);
+  if (rope_parameters) rotary *= ConfigReader(*rope_parameters, source).positive_number_or("partial_rotary_factor", 1.0);
+  if (rotary != 1.0) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: partial_rotary_factor {} (RoPE on part of each head) is not supported", source, rotary),
+                "tessera rotates the whole head (partial_rotary_factor 1)");
+  }
+
   spec.tie_word_embeddings = reader.bool_or("tie_word_embeddings", false);
   spec.bos_token_ids = reader.id_list("bos_token_id");
   spec.eos_token_ids = reader.id_list("eos_token_id");
