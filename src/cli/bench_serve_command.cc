@@ -391,9 +391,9 @@ int run_bench_serve(const BenchServeArgs& args) {
   fmt::print("TPOT            p50 {:.3f} ms, p99 {:.3f} ms\n", percentile(tpot, 50), percentile(tpot, 99));
   if (textless > 0) {
     fmt::print("without text    {}\n", textless);
-    log_warning("{} of {} requests finished with tokens but sent no text (their tokens decode to nothing): counted in "
-             "the tokens, left out of TTFT and TPOT",
-             textless, completed);
+    log_warning("{} of {} requests finished with tokens but sent no text (their tokens decode to nothing): counted "
+                "in the tokens, left out of TTFT and TPOT",
+                textless, completed);
   }
   if (failures > 0) {
     log_error("{} of {} requests failed; the first: {}", failures, args.requests, first_error);

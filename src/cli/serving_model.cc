@@ -14,8 +14,8 @@
 #include "engine/cpu_executor.h"
 #include "engine/tp_executor.h"
 #include "engine/warmup.h"
-#include "model/loader/quantized_linear.h"
 #include "model/loader/hf_config.h"
+#include "model/loader/quantized_linear.h"
 #include "model/shard.h"
 
 namespace tessera::cli {
@@ -156,10 +156,12 @@ std::chrono::milliseconds comm_timeout() { return seconds_from_env("TESSERA_COMM
 // What every node must run alike; the rendezvous compares it.
 std::string node_fingerprint(const EngineArgs& a, const ServingModel& s) {
   const model::ModelSpec& spec = s.spec;
+  const char* weights = spec.quantization.awq()    ? "AWQ 4-bit"
+                        : spec.quantization.gptq() ? "GPTQ 4-bit"
+                                                   : "16-bit weights";
   return fmt::format("{} layers of hidden {}, {} heads ({} KV), vocab {}, {}, {} on {}, KV blocks of {} tokens",
-                     spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size,
-                     spec.quantization.awq() ? "AWQ 4-bit" : spec.quantization.gptq() ? "GPTQ 4-bit" : "16-bit weights", dtype_name(s.dtype),
-                     s.device.is_cpu() ? "CPU" : "GPU", a.cache_block_seq_len);
+                     spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size, weights,
+                     dtype_name(s.dtype), s.device.is_cpu() ? "CPU" : "GPU", a.cache_block_seq_len);
 }
 
 // Several nodes: meets the others at node 0 with this node's KV capacity.
