@@ -108,6 +108,7 @@ def edit_tensor(name, change):
     (set_quant("bits", 8), "unsupported", ["GPTQ with 8 bits", "bits: 4"]),
     (set_quant("group_size", -1), "unsupported", ["GPTQ group_size -1", "one group per output channel"]),
     (set_quant("checkpoint_format", "marlin"), "unsupported", ["checkpoint_format 'marlin'", "gptq_v2"]),
+    (set_quant("lm_head", True), "unsupported", ["4-bit LM head", "lm_head false"]),
     (groups_out_of_order, "invalid_argument", ["model.layers.0.mlp.gate_proj.g_idx", "puts input 3 in group 1, not 0",
                                                "desc_act is false", "desc_act true"]),
     (group_past_the_last, "invalid_argument", ["model.layers.1.mlp.up_proj.g_idx", "puts input 5 in group 2",

@@ -181,6 +181,11 @@ QuantizationConfig parse_quantization(const json& q, const std::string& source) 
                                      : "supported group sizes: 32, 64, 128");
   }
   if (out.gptq()) {
+    if (reader.bool_or("lm_head", false)) {  // its LM head would be read as absent, and tied to the embeddings
+      throw Error(ErrorKind::kUnsupported, fmt::format("{}: GPTQ with a 4-bit LM head (lm_head true) is not supported",
+                                                       source),
+                  "quantize with lm_head false (the default): tessera keeps the LM head 16-bit");
+    }
     out.desc_act = reader.bool_or("desc_act", false);
     out.checkpoint_format = text("checkpoint_format", "gptq");
     if (out.checkpoint_format != "gptq" && out.checkpoint_format != "gptq_v2") {
