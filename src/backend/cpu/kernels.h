@@ -13,11 +13,11 @@ void embedding(const float* table, int64_t vocab, int64_t hidden, const int32_t*
 // out [n, hidden] = x / sqrt(mean(x²) + eps) * weight [hidden]
 void rms_norm(const float* x, const float* weight, int64_t n, int64_t hidden, float eps, float* out);
 
-// residual [n, hidden] += x; out = rms_norm(residual)
 // Each of the first num_heads + num_kv_heads heads of every row [n, row_size],
 // in place: rms_norm over head_dim by q_weight (q heads) or k_weight (k heads).
 void head_rms_norm(float* qkv, int64_t n, int64_t row_size, int64_t num_heads, int64_t num_kv_heads,
                    int64_t head_dim, const float* q_weight, const float* k_weight, float eps);
+// residual [n, hidden] += x; out = rms_norm(residual)
 void add_rms_norm(float* residual, const float* x, const float* weight, int64_t n, int64_t hidden, float eps,
                   float* out);
 

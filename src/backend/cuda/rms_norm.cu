@@ -190,7 +190,9 @@ __global__ void head_rms_norm_kernel(T* qkv, int64_t n, int64_t heads, int64_t k
     sum_squares += v * v;
   }
   const float inv_rms = rsqrtf(warp_sum(sum_squares) / head_dim + eps);
-  for (int64_t j = lane; j < head_dim; j += 32) head[j] = from_float<T>(to_float(head[j]) * inv_rms * to_float(weight[j]));
+  for (int64_t j = lane; j < head_dim; j += 32) {
+    head[j] = from_float<T>(to_float(head[j]) * inv_rms * to_float(weight[j]));
+  }
 }
 
 }  // namespace

@@ -64,7 +64,7 @@ std::vector<std::string> supported_architectures();
 // The split of a canonical weight ("layers.3.qkv" -> kColumnQkv).
 TpSplit tp_split_of(const std::string& canonical_name);
 
-// Sources shared by the Llama family (Llama, Mistral, Qwen2, InternLM3): HF's llama names.
+// Sources shared by the Llama family (Llama, Mistral, Qwen2, Qwen3, InternLM3): HF's llama names.
 std::vector<WeightSource> llama_family_sources(bool qkv_bias);
 
 // Each file of this folder defines one of these.

@@ -274,10 +274,13 @@ ModelSpec parse_model_spec(const json& config, const std::string& source) {
   // rotates all of head_dim.
   // (transformers 5 writes it into rope_parameters, older configs beside it).
   double rotary = reader.positive_number_or("partial_rotary_factor", 1.0);
-  if (rope_parameters) rotary *= ConfigReader(*rope_parameters, source).positive_number_or("partial_rotary_factor", 1.0);
+  if (rope_parameters) {
+    rotary *= ConfigReader(*rope_parameters, source).positive_number_or("partial_rotary_factor", 1.0);
+  }
   if (rotary != 1.0) {
     throw Error(ErrorKind::kUnsupported,
-                fmt::format("{}: partial_rotary_factor {} (RoPE on part of each head) is not supported", source, rotary),
+                fmt::format("{}: partial_rotary_factor {} (RoPE on part of each head) is not supported", source,
+                            rotary),
                 "tessera rotates the whole head (partial_rotary_factor 1)");
   }
 
