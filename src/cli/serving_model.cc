@@ -63,7 +63,8 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
                   "hf (16-bit, or llama), awq (4-bit AWQ, e.g. LMDeploy's lite auto_awq export) or gptq (4-bit "
                   "GPTQ, e.g. a *-GPTQ-Int4 model); default: read from config.json; fp8 is not supported yet")
       ->check(CLI::IsMember({"hf", "llama", "awq", "gptq", "fp8"}));
-  cmd->add_option("--rope-scaling-factor", a.rope_scaling_factor, "dynamic NTK factor over the model's config (0: as configured)")
+  cmd->add_option("--rope-scaling-factor", a.rope_scaling_factor,
+                  "> 0: dynamic NTK RoPE with this factor in place of config.json's rope_scaling (0: as configured)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--chat-template", a.chat_template, "a built-in template name or a .jinja file (default: the model's own)");
@@ -83,10 +84,6 @@ void check_supported(const EngineArgs& a) {
   if (a.quant_policy != 0) {
     throw Error(ErrorKind::kUnsupported, fmt::format("--quant-policy {} (a quantized KV cache) is not supported yet", a.quant_policy),
                 "use --quant-policy 0");
-  }
-  if (a.rope_scaling_factor != 0.0) {
-    throw Error(ErrorKind::kUnsupported, "--rope-scaling-factor is not supported yet",
-                "set rope_scaling in the model's config.json, which tessera follows");
   }
 }
 
@@ -225,21 +222,30 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
       s->chat_template = text::ChatTemplate::builtin("base");
     }
   }
-  model::check_model_format(model::read_model_spec(a.model_path), a.model_format, a.model_path);
+  const model::ModelSpec config_spec = model::read_model_spec(a.model_path);
+  model::check_model_format(config_spec, a.model_format, a.model_path);
+  const model::SpecOverrides overrides{.rope_scaling_factor = a.rope_scaling_factor};
+  if (a.rope_scaling_factor > 0.0) {
+    log_info("--rope-scaling-factor {:g}: RoPE is dynamic NTK over the model's {} trained positions{}; longer "
+             "sessions need --session-len",
+             a.rope_scaling_factor, config_spec.max_position_embeddings,
+             config_spec.rope_scaling.type == model::RopeScalingType::kNone ? ""
+                                                                            : ", in place of config.json's rope_scaling");
+  }
   log_info("loading {} on {}{}", a.model_path, s->device.to_string(),
            a.tp > 1 ? fmt::format(" as {} tensor-parallel ranks", a.tp) : "");
   std::optional<model::HostModel> host_model;  // tensor parallelism: read once, sharded by the executor
   comm::CommPlan comm_plan;
   if (a.tp > 1) {
-    model::check_tp_size(model::read_model_spec(a.model_path), a.tp);  // before reading the weights
+    model::check_tp_size(config_spec, a.tp);  // before reading the weights
     comm_plan = choose_tp_comm(a.tp, s->device, a.disable_custom_all_reduce, a.nnodes);
     check_weights_fit_on_gpus(a.model_path, s->dtype, a.tp, s->device, &comm_plan);
-    host_model = model::read_host_model(a.model_path);
+    host_model = model::read_host_model(a.model_path, overrides);
     s->spec = host_model->spec;
   } else {
     check_weights_fit_on_gpus(a.model_path, s->dtype, 1, s->device, nullptr);
     s->backend = s->device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(s->device.index, s->dtype);
-    s->model = model::load_transformer(a.model_path, *s->backend);
+    s->model = model::load_transformer(a.model_path, *s->backend, overrides);
     s->spec = s->model->spec();
     if (a.eager_mode) s->model->set_graphs_enabled(false);
     if (!s->device.is_cpu()) {

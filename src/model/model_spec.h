@@ -70,6 +70,13 @@ struct QuantizationConfig {
   int64_t packed_bytes(int64_t params) const { return params * bits / 8 + params / group_size * 4; }
 };
 
+// Changes to what config.json says, asked for on the command line.
+struct SpecOverrides {
+  // > 0: LMDeploy's --rope-scaling-factor. RoPE becomes dynamic NTK with this
+  // factor over max_position_embeddings, in place of the config's scaling.
+  double rope_scaling_factor = 0.0;
+};
+
 struct ModelSpec {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   std::string model_type;    // e.g. "llama"

@@ -360,9 +360,9 @@ CanonicalWeights HostModel::part(int64_t part) const {
   return assemble_part(spec, *architecture, *checkpoint, part);
 }
 
-HostModel read_host_model(const std::filesystem::path& model_dir) {
+HostModel read_host_model(const std::filesystem::path& model_dir, const SpecOverrides& overrides) {
   HostModel model;
-  model.spec = read_model_spec(model_dir);
+  model.spec = read_model_spec(model_dir, overrides);
   model.architecture = &find_architecture(model.spec.architecture);
   model.spec.qkv_bias = model.architecture->qkv_bias;
   model.checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(model_dir));
@@ -382,9 +382,10 @@ std::unique_ptr<Transformer> make_transformer(const HostModel& model, backend::B
   return std::make_unique<Transformer>(model.spec, shard, std::move(weights), backend, world > 1 ? comm : nullptr);
 }
 
-std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model_dir, backend::Backend& backend) {
+std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model_dir, backend::Backend& backend,
+                                              const SpecOverrides& overrides) {
   auto start = std::chrono::steady_clock::now();
-  ModelSpec spec = read_model_spec(model_dir);
+  ModelSpec spec = read_model_spec(model_dir, overrides);
   const Architecture& arch = find_architecture(spec.architecture);
   spec.qkv_bias = arch.qkv_bias;
   backend.check_supported({spec.head_dim, spec.num_heads, spec.num_kv_heads});  // before reading any weight

@@ -135,8 +135,10 @@ class Transformer {
   std::unique_ptr<DecodeGraphs> graphs_;  // null without device graphs
 };
 
-// Reads config.json, picks the architecture, loads and checks the weights.
-std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model_dir, backend::Backend& backend);
+// Reads config.json (with `overrides`), picks the architecture, loads and
+// checks the weights.
+std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model_dir, backend::Backend& backend,
+                                              const SpecOverrides& overrides = {});
 
 // A model opened once, from which every tensor-parallel rank makes its
 // shard: the spec and the memory-mapped checkpoint. Each rank assembles the
@@ -154,7 +156,7 @@ struct HostModel {
 
 // Reads config.json, picks the architecture and opens the checkpoint; the
 // weights are read and checked as each rank uploads them.
-HostModel read_host_model(const std::filesystem::path& model_dir);
+HostModel read_host_model(const std::filesystem::path& model_dir, const SpecOverrides& overrides = {});
 
 // Rank comm->rank() of comm->world_size() on `backend`, or the whole model
 // when `comm` is null. Throws Error(kInvalidArgument) listing the sizes that

@@ -64,6 +64,19 @@ TEST(ModelSpec, ParsesRopeScalingAndHeadDim) {
   EXPECT_DOUBLE_EQ(spec.rope_scaling.factor, 2.5);
 }
 
+TEST(ModelSpec, RopeScalingFactorOverrideMakesDynamicNtkInPlaceOfTheConfigs) {
+  json c = llama_config();
+  c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}};
+  ModelSpec spec = parse_model_spec(c, "config.json");
+  apply_overrides(spec, SpecOverrides{});  // 0: as configured
+  EXPECT_EQ(spec.rope_scaling.type, RopeScalingType::kYarn);
+  apply_overrides(spec, SpecOverrides{.rope_scaling_factor = 2.5});
+  EXPECT_EQ(spec.rope_scaling.type, RopeScalingType::kDynamic);
+  EXPECT_DOUBLE_EQ(spec.rope_scaling.factor, 2.5);
+  EXPECT_FALSE(spec.rope_scaling.attention_factor.has_value());  // nothing of yarn's is left
+  EXPECT_EQ(spec.max_position_embeddings, 128);  // the context it grows past
+}
+
 TEST(ModelSpec, RefusesBadValuesNamingTheKey) {
   json c = llama_config();
   c.erase("hidden_size");

@@ -56,7 +56,6 @@ def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
     (["--model-format", "awq"], "declares no AWQ quantization_config"),
     (["--quant-policy", "8"], "--quant-policy 8"),
     (["--nnodes", "2"], "--tp 1 does not split over --nnodes 2"),
-    (["--rope-scaling-factor", "2.0"], "--rope-scaling-factor"),
     (["--tp", "3", "--backend", "cpu"], "tensor-parallel sizes that work"),
 ])
 def test_what_is_not_supported_yet_is_refused_with_a_hint(tessera_bin, demo_dir, args, message):
@@ -113,6 +112,36 @@ def test_tensor_parallel_ranks_serve_the_same_tokens(tessera_bin, demo_dir, tmp_
         assert [greedy(two, p) for p in prompts] == expected
     finally:
         assert two.stop() == 0
+
+
+def greedy_with_usage(server, prompt):
+    r = requests.post(server.url + "/v1/completions", timeout=120, json={
+        "model": "demo", "prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["text"], r.json()["usage"]["prompt_tokens"]
+
+
+def test_rope_scaling_factor_takes_effect_past_the_trained_context(tessera_bin, demo_dir, tmp_path):
+    # The demo model is trained for 4,096 positions and has no rope_scaling.
+    # Dynamic NTK changes RoPE only for a sequence longer than that: a short
+    # prompt is answered the same with and without the flag, a long one not.
+    short, long = "Once upon a time", "Once upon a time there was a little dog. " * 220
+    answers = {}
+    for name, extra in [("plain", []), ("scaled", ["--rope-scaling-factor", "2.0"]),
+                        ("scaled-tp2", ["--rope-scaling-factor", "2.0", "--tp", "2"])]:
+        server = Server(tessera_bin, demo_dir, tmp_path / f"{name}.log", "--backend", "cpu", "--session-len", "8192",
+                        *extra)
+        try:
+            answers[name] = [greedy_with_usage(server, p) for p in (short, long)]
+            log = server.read_log()
+        finally:
+            assert server.stop() == 0
+        if extra:
+            assert "--rope-scaling-factor 2: RoPE is dynamic NTK over the model's 4096 trained positions" in log
+    assert answers["scaled"][1][1] > 4096  # the long prompt is past the trained context
+    assert answers["scaled"][0] == answers["plain"][0]
+    assert answers["scaled"][1][0] != answers["plain"][1][0]
+    assert answers["scaled-tp2"] == answers["scaled"]  # the ranks' shards are made with the override too
 
 
 def test_check_env_reports_the_machine_and_the_choice(tessera_bin):

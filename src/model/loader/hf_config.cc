@@ -292,7 +292,17 @@ ModelSpec parse_model_spec(const json& config, const std::string& source) {
   return spec;
 }
 
-ModelSpec read_model_spec(const std::filesystem::path& dir) {
+void apply_overrides(ModelSpec& spec, const SpecOverrides& overrides) {
+  if (overrides.rope_scaling_factor > 0.0) {
+    // As LMDeploy's TurboMind does: the config's scaling, whatever its type,
+    // gives way to dynamic NTK over the trained context.
+    spec.rope_scaling = RopeScaling{};
+    spec.rope_scaling.type = RopeScalingType::kDynamic;
+    spec.rope_scaling.factor = overrides.rope_scaling_factor;
+  }
+}
+
+ModelSpec read_model_spec(const std::filesystem::path& dir, const SpecOverrides& overrides) {
   std::filesystem::path config_path = dir / "config.json";
   json config = read_json_file(config_path);
   ModelSpec spec = parse_model_spec(config, config_path.string());
@@ -309,6 +319,7 @@ ModelSpec read_model_spec(const std::filesystem::path& dir) {
       }
     }
   }
+  apply_overrides(spec, overrides);
   return spec;
 }
 

@@ -10,9 +10,13 @@
 namespace tessera::model {
 
 // Reads `dir`/config.json; eos ids are widened by generation_config.json when
-// present. Throws Error(kInvalidArgument) naming the file and the key when a
-// required key is missing, has the wrong type or an impossible value.
-ModelSpec read_model_spec(const std::filesystem::path& dir);
+// present; `overrides` then apply. Throws Error(kInvalidArgument) naming the
+// file and the key when a required key is missing, has the wrong type or an
+// impossible value.
+ModelSpec read_model_spec(const std::filesystem::path& dir, const SpecOverrides& overrides = {});
+
+// `spec` with `overrides` applied.
+void apply_overrides(ModelSpec& spec, const SpecOverrides& overrides);
 
 // The same from an already parsed config (used by tests and converters).
 // `source` names the file in error messages.
