@@ -5,18 +5,46 @@
 // A sequence's token at position p lives in block block_table[p / block_size],
 // row p % block_size. Which blocks a sequence owns is host metadata (src/kv);
 // kernels only read the block tables they are given.
+//
+// A quantized cache (LMDeploy's --quant-policy 8) holds 8-bit codes instead,
+// and beside them one (scale, zero) pair of f32 a row, a row being the
+// head_dim values of one token's key (or value) in one KV head:
+//   scale = (max - min) / 255, zero = min, code = rint((x - zero) / scale),
+//   x ≈ code · scale + zero
+// (scale 0 where every value of the row is the same: the codes are 0). A
+// head_dim-128 row then takes 136 bytes instead of 256 in 16 bits.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace tessera::backend {
 
+// How a cache stores keys and values.
+enum class KvCacheFormat {
+  kCompute,  // in the backend's compute dtype
+  kInt8,     // 8-bit codes with a scale and zero point a row (--quant-policy 8)
+};
+
+// Its name in logs: "compute dtype" or "int8".
+const char* kv_cache_format_name(KvCacheFormat format);
+
 struct PagedKvLayer {
-  Tensor keys;    // [num_blocks, num_kv_heads, block_size, head_dim]
-  Tensor values;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  PagedKvLayer() = default;
+  PagedKvLayer(Tensor keys, Tensor values, Tensor key_params = {}, Tensor value_params = {})
+      : keys(std::move(keys)), values(std::move(values)), key_params(std::move(key_params)),
+        value_params(std::move(value_params)) {}
+
+  Tensor keys;    // [num_blocks, num_kv_heads, block_size, head_dim]: compute dtype, or u8 codes
+  Tensor values;  // [num_blocks, num_kv_heads, block_size, head_dim]: the same
+  // kInt8 only (undefined otherwise): [num_blocks, num_kv_heads, block_size, 2] f32 (scale, zero) of each row.
+  Tensor key_params;
+  Tensor value_params;
+
+  bool quantized() const { return keys.dtype() == DType::kU8; }
 };
 
 struct PagedKvCache {
@@ -29,7 +57,7 @@ struct PagedKvCache {
   int64_t spare_block = -1;
   std::vector<PagedKvLayer> layers;
 
-  // Bytes one block takes over all layers (keys and values).
+  // Bytes one block takes over all layers (keys and values, with their scales).
   size_t block_bytes() const;
 };
 

@@ -44,12 +44,17 @@ struct BenchEngineArgs {
   int64_t vocab = 256;
   int64_t prompt_tokens = 32;
   int64_t new_tokens = 128;  // per stream, with a model
+  int quant_policy = 0;      // 8: an 8-bit KV cache
   // The streams' sampling (a model only): greedy by default; LMDeploy's
   // defaults are temperature 0.8, top_k 40, top_p 0.8.
   float temperature = 0.0f;
   int32_t top_k = 0;
   float top_p = 1.0f;
 };
+
+backend::KvCacheFormat kv_format(const BenchEngineArgs& args) {
+  return args.quant_policy == 8 ? backend::KvCacheFormat::kInt8 : backend::KvCacheFormat::kCompute;
+}
 
 double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
@@ -240,13 +245,15 @@ void bench_tp(const BenchEngineArgs& args) {
   tp_config.tp = args.tp;
   tp_config.num_blocks = config.num_blocks;
   tp_config.block_size = config.block_size;
+  tp_config.kv_cache_format = kv_format(args);
   tp_config.comm_plan = choose_tp_comm(args.tp, device, false);
   tp_config.compute_dtype = dtype;
   auto executor = std::make_unique<engine::TpExecutor>(model, tp_config);
-  fmt::print("model {} ({} on {} ranks, {} communicator, sampling on {}): prompt {} tokens, {} new tokens per "
-             "stream, batch {}, {}\n",
+  fmt::print("model {} ({} on {} ranks, {} communicator, sampling on {}, KV cache in {}): prompt {} tokens, {} new "
+             "tokens per stream, batch {}, {}\n",
              args.model_dir, dtype_name(dtype), args.tp, executor->communicator_name(),
-             executor->samples_on_device() ? "rank 0's device" : "the host", args.prompt_tokens, args.new_tokens,
+             executor->samples_on_device() ? "rank 0's device" : "the host",
+             backend::kv_cache_format_name(tp_config.kv_cache_format), args.prompt_tokens, args.new_tokens,
              args.batch, sampling_name(args));
   time_streams(args, config, std::move(executor), model.spec.vocab_size);
 }
@@ -259,12 +266,14 @@ void bench_model(const BenchEngineArgs& args) {
   std::unique_ptr<model::Transformer> model =
       args.random_shape.empty() ? model::load_transformer(args.model_dir, *backend)
                                 : model::make_random_transformer(model::random_model_spec(args.random_shape), *backend, 1);
+  model->set_kv_cache_format(kv_format(args));
   const std::string name = args.random_shape.empty() ? args.model_dir : "random " + args.random_shape;
   const int64_t vocab = model->spec().vocab_size;
   const int64_t session_len = args.prompt_tokens + args.new_tokens + 8;
-  fmt::print("model {} ({} on {}): prompt {} tokens, {} new tokens per stream, batch {}, {}\n", name,
-             dtype_name(backend->compute_dtype()), device.to_string(), args.prompt_tokens, args.new_tokens,
-             args.batch, sampling_name(args));
+  fmt::print("model {} ({} on {}, KV cache in {}): prompt {} tokens, {} new tokens per stream, batch {}, {}\n",
+             name, dtype_name(backend->compute_dtype()), device.to_string(),
+             backend::kv_cache_format_name(model->kv_cache_format()), args.prompt_tokens, args.new_tokens, args.batch,
+             sampling_name(args));
 
   if (!args.skip_single) {
     engine::GenerateOptions alone;
@@ -306,6 +315,9 @@ void add_bench_engine_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--top-k", args->top_k, "0: off")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", args->top_p, "1: off")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--new-tokens", args->new_tokens, "tokens per stream (model)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--quant-policy", args->quant_policy, "the KV cache: 0 (the compute dtype) or 8 (8-bit codes)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 8}));
   cmd->callback([&runner, args] {
     runner = [args] {
       if (args->model_dir.empty() && args->random_shape.empty()) {

@@ -56,7 +56,9 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
   cmd->add_option("--max-prefill-token-num", a.max_prefill_token_num, "tokens per step (long prompts are chunked)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--quant-policy", a.quant_policy, "KV cache quantization: 0 (none); 4 and 8 are not supported yet")
+  cmd->add_option("--quant-policy", a.quant_policy,
+                  "KV cache quantization: 0 (none) or 8 (8-bit codes with a scale and zero point a token and head); "
+                  "4 is not supported yet")
       ->capture_default_str()
       ->check(CLI::IsMember({0, 4, 8}));
   cmd->add_option("--model-format", a.model_format,
@@ -81,9 +83,9 @@ void check_supported(const EngineArgs& a) {
                 "use a 16-bit Hugging Face checkpoint (--model-format hf), an AWQ one (--model-format awq) or a GPTQ "
                 "one (--model-format gptq)");
   }
-  if (a.quant_policy != 0) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("--quant-policy {} (a quantized KV cache) is not supported yet", a.quant_policy),
-                "use --quant-policy 0");
+  if (a.quant_policy == 4) {
+    throw Error(ErrorKind::kUnsupported, "--quant-policy 4 (a 4-bit KV cache) is not supported yet",
+                "use --quant-policy 8 (an 8-bit KV cache) or 0");
   }
 }
 
@@ -156,9 +158,10 @@ std::string node_fingerprint(const EngineArgs& a, const ServingModel& s) {
   const char* weights = spec.quantization.awq()    ? "AWQ 4-bit"
                         : spec.quantization.gptq() ? "GPTQ 4-bit"
                                                    : "16-bit weights";
-  return fmt::format("{} layers of hidden {}, {} heads ({} KV), vocab {}, {}, {} on {}, KV blocks of {} tokens",
+  return fmt::format("{} layers of hidden {}, {} heads ({} KV), vocab {}, {}, {} on {}, KV blocks of {} tokens{}",
                      spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size, weights,
-                     dtype_name(s.dtype), s.device.is_cpu() ? "CPU" : "GPU", a.cache_block_seq_len);
+                     dtype_name(s.dtype), s.device.is_cpu() ? "CPU" : "GPU", a.cache_block_seq_len,
+                     a.quant_policy == 8 ? " in int8" : "");
 }
 
 // Several nodes: meets the others at node 0 with this node's KV capacity.
@@ -225,6 +228,11 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   const model::ModelSpec config_spec = model::read_model_spec(a.model_path);
   model::check_model_format(config_spec, a.model_format, a.model_path);
   const model::SpecOverrides overrides{.rope_scaling_factor = a.rope_scaling_factor};
+  const backend::KvCacheFormat kv_format =
+      a.quant_policy == 8 ? backend::KvCacheFormat::kInt8 : backend::KvCacheFormat::kCompute;
+  if (a.quant_policy == 8) {
+    log_info("--quant-policy 8: the KV cache holds 8-bit codes with an f32 scale and zero point a token and KV head");
+  }
   if (a.rope_scaling_factor > 0.0) {
     log_info("--rope-scaling-factor {:g}: RoPE is dynamic NTK over the model's {} trained positions{}; longer "
              "sessions need --session-len",
@@ -246,6 +254,7 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
     check_weights_fit_on_gpus(a.model_path, s->dtype, 1, s->device, nullptr);
     s->backend = s->device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(s->device.index, s->dtype);
     s->model = model::load_transformer(a.model_path, *s->backend, overrides);
+    s->model->set_kv_cache_format(kv_format);
     s->spec = s->model->spec();
     if (a.eager_mode) s->model->set_graphs_enabled(false);
     if (!s->device.is_cpu()) {
@@ -282,7 +291,7 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
       in.workspace_measured = true;
     }
   }
-  in.block_bytes = engine::kv_block_bytes(spec, s->dtype, a.cache_block_seq_len);
+  in.block_bytes = engine::kv_block_bytes(spec, s->dtype, a.cache_block_seq_len, kv_format);
   if (s->model && s->model->graphs_enabled()) {
     in.graph_bytes = engine::decode_graph_bytes(spec, s->dtype, max_batch_size, in.block_bytes);
   }
@@ -339,6 +348,7 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
     tp_config.tp = a.tp;
     tp_config.num_blocks = config.num_blocks;
     tp_config.block_size = config.block_size;
+    tp_config.kv_cache_format = kv_format;
     tp_config.comm_plan = comm_plan;
     tp_config.compute_dtype = s->dtype;
     if (!s->device.is_cpu()) {

@@ -115,8 +115,10 @@ void check_weights_fit(size_t rank_weight_bytes, size_t free_bytes, size_t total
               hint);
 }
 
-size_t kv_block_bytes(const model::ModelSpec& s, DType dtype, int64_t block_size) {
-  return dtype_bytes(dtype, static_cast<size_t>(2 * s.num_layers * s.num_kv_heads * block_size * s.head_dim));
+size_t kv_block_bytes(const model::ModelSpec& s, DType dtype, int64_t block_size, backend::KvCacheFormat format) {
+  const auto rows = static_cast<size_t>(2 * s.num_layers * s.num_kv_heads * block_size);  // keys and values
+  if (format == backend::KvCacheFormat::kInt8) return rows * (static_cast<size_t>(s.head_dim) + 2 * sizeof(float));
+  return dtype_bytes(dtype, rows * static_cast<size_t>(s.head_dim));
 }
 
 size_t workspace_bytes(const model::ModelSpec& s, DType dtype, int64_t max_step_tokens, int64_t max_batch_size) {

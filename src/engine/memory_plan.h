@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/paged_kv.h"
 #include "core/dtype.h"
 #include "model/model_spec.h"
 
@@ -54,7 +55,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& input);
 // output (the tensor-core layout's scale-and-zero word; the canonical one
 // takes 3); the CPU backend dequantizes them into `dtype`.
 size_t weight_bytes(const model::ModelSpec& spec, DType dtype, bool packed = false);
-size_t kv_block_bytes(const model::ModelSpec& spec, DType dtype, int64_t block_size);
+// One KV block over every layer: keys and values in `dtype`, or 8-bit codes
+// with an f32 scale and zero a row (backend/paged_kv.h).
+size_t kv_block_bytes(const model::ModelSpec& spec, DType dtype, int64_t block_size,
+                      backend::KvCacheFormat format = backend::KvCacheFormat::kCompute);
 // Before the weights are read: Error(kOutOfMemory) when one rank's share of
 // them (weight_bytes / tp) does not fit in what `device` has free, naming
 // the sizes and what would make them fit (more tensor-parallel GPUs, a 4-bit

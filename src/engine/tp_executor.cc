@@ -90,6 +90,7 @@ TpExecutor::TpExecutor(const model::HostModel& model, const TpExecutorConfig& co
                                             comm::ranks_on_device_of(config_.comm_plan, rank.index));
       if (group_) rank.comm = group_->make_rank(rank.global, rank.backend->stream_handle());
       rank.model = model::make_transformer(model, *rank.backend, rank.collectives());
+      rank.model->set_kv_cache_format(config_.kv_cache_format);
       rank.cache = rank.model->allocate_cache(config_.num_blocks, config_.block_size);
     }, /*rebuild_on_failure=*/false);
   } catch (...) {

@@ -52,10 +52,15 @@ class Transformer {
   // Replaces the communicator (after a failed group was built again).
   void set_communicator(comm::Communicator* comm);
 
-  // A paged cache of `num_blocks` blocks of `block_size` tokens, every layer;
-  // under tensor parallelism of this rank's KV heads. Where decode graphs run,
-  // one block more past them is the cache's spare_block (their padding rows).
+  // A paged cache of `num_blocks` blocks of `block_size` tokens, every layer,
+  // in kv_cache_format(); under tensor parallelism of this rank's KV heads.
+  // Where decode graphs run, one block more past them is the cache's
+  // spare_block (their padding rows).
   backend::PagedKvCache allocate_cache(int64_t num_blocks, int64_t block_size);
+  // How caches allocated from now on store keys and values (paged_kv.h);
+  // the compute dtype by default, int8 for --quant-policy 8.
+  void set_kv_cache_format(backend::KvCacheFormat format) { kv_cache_format_ = format; }
+  backend::KvCacheFormat kv_cache_format() const { return kv_cache_format_; }
 
   // Returns host f32 logits [logit_rows.size(), vocab]. Under tensor
   // parallelism any rank may call it; the others call forward_as_peer.
@@ -133,6 +138,7 @@ class Transformer {
   comm::Communicator* comm_ = nullptr;
   TraceFn trace_;
   std::unique_ptr<DecodeGraphs> graphs_;  // null without device graphs
+  backend::KvCacheFormat kv_cache_format_ = backend::KvCacheFormat::kCompute;
 };
 
 // Reads config.json (with `overrides`), picks the architecture, loads and

@@ -5,9 +5,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "../compare.h"
 #include "backend/backend.h"
@@ -150,8 +153,8 @@ struct AttentionCase {
   std::vector<int32_t> new_tokens;    // new tokens this step, per sequence
 };
 
-TEST_P(CudaVsCpu, RopeCacheWriteAndPagedAttention) {
-  const std::vector<AttentionCase> cases = {
+const std::vector<AttentionCase>& attention_cases() {
+  static const std::vector<AttentionCase> cases = {
       {4, 4, 64, 16, 0, {17}, {17}},
       {8, 2, 128, 64, 0, {70, 1, 130}, {1, 1, 30}},
       {8, 1, 64, 16, 0, {5, 40}, {5, 1}},
@@ -170,39 +173,59 @@ TEST_P(CudaVsCpu, RopeCacheWriteAndPagedAttention) {
       {2, 2, 96, 32, 0, {129}, {65}},
       {2, 1, 256, 16, 0, {90}, {90}},
   };
-  for (const AttentionCase& c : cases) {
-    AttentionBatch batch;
-    batch.sliding_window = c.window;
-    const int64_t seqs = static_cast<int64_t>(c.context_lens.size());
-    int32_t max_blocks = 0;
-    for (int32_t len : c.context_lens) max_blocks = std::max<int32_t>(max_blocks, (len + c.block_size - 1) / c.block_size);
-    const int64_t num_blocks = seqs * max_blocks;
-    batch.max_blocks_per_seq = max_blocks;
-    batch.block_tables.resize(num_blocks);
-    std::iota(batch.block_tables.begin(), batch.block_tables.end(), 0);
-    std::shuffle(batch.block_tables.begin(), batch.block_tables.end(), std::mt19937(3));
-    batch.query_start = {0};
-    for (int64_t s = 0; s < seqs; ++s) {
-      for (int32_t p = c.context_lens[s] - c.new_tokens[s]; p < c.context_lens[s]; ++p) batch.positions.push_back(p);
-      batch.query_start.push_back(static_cast<int32_t>(batch.positions.size()));
-    }
-    const int64_t n = batch.num_tokens();
+  return cases;
+}
+
+// The step of case `c`: each sequence's new tokens end its context; its
+// blocks are a shuffled range of [0, seqs * max_blocks).
+AttentionBatch case_batch(const AttentionCase& c) {
+  AttentionBatch batch;
+  batch.sliding_window = c.window;
+  const int64_t seqs = static_cast<int64_t>(c.context_lens.size());
+  int32_t max_blocks = 0;
+  for (int32_t len : c.context_lens) max_blocks = std::max<int32_t>(max_blocks, (len + c.block_size - 1) / c.block_size);
+  batch.max_blocks_per_seq = max_blocks;
+  batch.block_tables.resize(seqs * max_blocks);
+  std::iota(batch.block_tables.begin(), batch.block_tables.end(), 0);
+  std::shuffle(batch.block_tables.begin(), batch.block_tables.end(), std::mt19937(3));
+  batch.query_start = {0};
+  for (int64_t s = 0; s < seqs; ++s) {
+    for (int32_t p = c.context_lens[s] - c.new_tokens[s]; p < c.context_lens[s]; ++p) batch.positions.push_back(p);
+    batch.query_start.push_back(static_cast<int32_t>(batch.positions.size()));
+  }
+  return batch;
+}
+
+// Different frequencies for each sequence, as dynamic NTK gives.
+std::vector<float> case_inv_freq(const AttentionCase& c) {
+  std::vector<float> inv_freq;
+  for (size_t s = 0; s < c.context_lens.size(); ++s)
+    for (int64_t i = 0; i < c.head_dim / 2; ++i) inv_freq.push_back(std::pow(10000.0f + 1000.0f * s, -2.0f * i / c.head_dim));
+  return inv_freq;
+}
+
+std::string case_name(const AttentionCase& c) {
+  return fmt::format("hd{} {}/{} block {} contexts {}", c.head_dim, c.heads, c.kv_heads, c.block_size,
+                     fmt::join(c.context_lens, ","));
+}
+
+TEST_P(CudaVsCpu, RopeCacheWriteAndPagedAttention) {
+  for (const AttentionCase& c : attention_cases()) {
+    const AttentionBatch batch = case_batch(c);
+    const int64_t n = batch.num_tokens(), num_blocks = static_cast<int64_t>(batch.block_tables.size());
     const int64_t qkv_size = (c.heads + 2 * c.kv_heads) * c.head_dim;
     const Shape cache_shape = {num_blocks, c.kv_heads, c.block_size, c.head_dim};
     // The cache already holds the earlier tokens (random), the step writes the new ones.
     Tensor k_prior = random(cache_shape, 12), v_prior = random(cache_shape, 13);
     PagedKvLayer cpu_cache{k_prior.to_f32(), v_prior.to_f32()}, gpu_cache{on_gpu(k_prior), on_gpu(v_prior)};
-    std::vector<float> inv_freq;
-    for (int64_t s = 0; s < seqs; ++s)
-      for (int64_t i = 0; i < c.head_dim / 2; ++i) inv_freq.push_back(std::pow(10000.0f + 1000.0f * s, -2.0f * i / c.head_dim));
+    const std::vector<float> inv_freq = case_inv_freq(c);
     Tensor qkv = random({n, qkv_size}, 14);
     Tensor cpu_qkv = qkv.to_f32(), gpu_qkv = on_gpu(qkv);
     cpu_->prepare(batch);
     cuda_->prepare(batch);
     cpu_->rope_and_cache_write(cpu_qkv, c.heads, inv_freq, 1.25f, batch, cpu_cache, c.block_size);
     cuda_->rope_and_cache_write(gpu_qkv, c.heads, inv_freq, 1.25f, batch, gpu_cache, c.block_size);
-    const std::string name = "hd" + std::to_string(c.head_dim) + " " + std::to_string(c.heads) + "/" +
-                             std::to_string(c.kv_heads) + " block " + std::to_string(c.block_size);
+    const std::string name = case_name(c);
     expect_close(gpu_qkv, cpu_qkv, "rope " + name);
     expect_close(gpu_cache.keys, cpu_cache.keys, "k cache " + name);
     expect_close(gpu_cache.values, cpu_cache.values, "v cache " + name);
@@ -210,6 +233,109 @@ TEST_P(CudaVsCpu, RopeCacheWriteAndPagedAttention) {
     cpu_->paged_attention(cpu_qkv, c.heads, batch, cpu_cache, c.block_size, cpu_out);
     cuda_->paged_attention(gpu_qkv, c.heads, batch, gpu_cache, c.block_size, gpu_out);
     expect_close(gpu_out, cpu_out, "attention " + name);
+  }
+}
+
+// A host tensor's bytes copied into a new tensor of the same dtype on `backend`.
+Tensor bytes_on(Backend& backend, const Tensor& host) {
+  Tensor device = Tensor::empty(host.shape(), host.dtype(), backend.allocator());
+  backend.copy(host, device);
+  backend.synchronize();
+  return device;
+}
+
+// A cache row's values as the 8-bit cache holds them (cpu::dequantize_row_int8's formula).
+std::vector<float> dequantized(const Tensor& codes, const Tensor& params) {
+  const int64_t rows = params.numel() / 2, width = codes.numel() / rows;
+  std::vector<float> x(static_cast<size_t>(codes.numel()));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < width; ++d) {
+      x[r * width + d] = std::fmaf(codes.data<uint8_t>()[r * width + d], params.data<float>()[2 * r],
+                                   params.data<float>()[2 * r + 1]);
+    }
+  return x;
+}
+
+// --quant-policy 8: the write into an 8-bit cache and attention over it.
+// Both sides quantize their own rotated k (the GPU's rounded to the dtype,
+// its sines and cosines a few ulps off the CPU's), so a value near a step's
+// midpoint may take the next code: every dequantized value must lie within
+// one step (and the dtype's rounding) of the CPU's, and in f32 nearly every
+// code must be the CPU's. Attention is compared over both
+// prefill kernels (scalar, then the default: tensor cores in 16 bits).
+TEST_P(CudaVsCpu, RopeInt8CacheWriteAndPagedAttention) {
+  std::vector<AttentionCase> cases = attention_cases();
+  cases.push_back({8, 2, 128, 16, 0, {1000, 300}, {1, 1}});  // decode over long contexts: several splits
+  cases.push_back({4, 1, 64, 16, 0, {700}, {1}});
+  for (const AttentionCase& c : cases) {
+    const AttentionBatch batch = case_batch(c);
+    const int64_t n = batch.num_tokens(), num_blocks = static_cast<int64_t>(batch.block_tables.size());
+    const int64_t qkv_size = (c.heads + 2 * c.kv_heads) * c.head_dim;
+    const Shape cache_shape = {num_blocks, c.kv_heads, c.block_size, c.head_dim};
+    const Shape params_shape = {num_blocks, c.kv_heads, c.block_size, 2};
+    // The earlier tokens: random codes, scales and zeros (values about -1.2 .. 1.3), the same on both sides.
+    std::mt19937 rng(21);
+    auto random_codes = [&] {
+      Tensor t = Tensor::empty(cache_shape, DType::kU8);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
+      return t;
+    };
+    auto random_params = [&] {
+      Tensor t = Tensor::empty(params_shape, DType::kF32);
+      std::uniform_real_distribution<float> scale(0.004f, 0.01f), zero(-1.2f, -0.8f);
+      for (int64_t r = 0; r < t.numel() / 2; ++r) {
+        t.data<float>()[2 * r] = scale(rng);
+        t.data<float>()[2 * r + 1] = zero(rng);
+      }
+      return t;
+    };
+    PagedKvLayer cpu_cache{random_codes(), random_codes(), random_params(), random_params()};
+    PagedKvLayer gpu_cache{bytes_on(*cuda_, cpu_cache.keys), bytes_on(*cuda_, cpu_cache.values),
+                           bytes_on(*cuda_, cpu_cache.key_params), bytes_on(*cuda_, cpu_cache.value_params)};
+    ASSERT_TRUE(cpu_cache.quantized() && gpu_cache.quantized());
+    const std::vector<float> inv_freq = case_inv_freq(c);
+    Tensor qkv = random({n, qkv_size}, 14);
+    Tensor cpu_qkv = qkv.to_f32(), gpu_qkv = on_gpu(qkv);
+    cpu_->prepare(batch);
+    cuda_->prepare(batch);
+    cpu_->rope_and_cache_write(cpu_qkv, c.heads, inv_freq, 1.25f, batch, cpu_cache, c.block_size);
+    cuda_->rope_and_cache_write(gpu_qkv, c.heads, inv_freq, 1.25f, batch, gpu_cache, c.block_size);
+    const std::string name = "int8 cache " + case_name(c);
+    expect_close(gpu_qkv, cpu_qkv, "rope " + name);
+    for (const auto& [gpu_codes, gpu_params, cpu_codes, cpu_params, what] :
+         {std::tuple{&gpu_cache.keys, &gpu_cache.key_params, &cpu_cache.keys, &cpu_cache.key_params, "k"},
+          std::tuple{&gpu_cache.values, &gpu_cache.value_params, &cpu_cache.values, &cpu_cache.value_params, "v"}}) {
+      Tensor codes = Tensor::empty(cache_shape, DType::kU8), params = Tensor::empty(params_shape, DType::kF32);
+      cuda_->copy(*gpu_codes, codes);
+      cuda_->copy(*gpu_params, params);
+      cuda_->synchronize();
+      const std::vector<float> got = dequantized(codes, params), want = dequantized(*cpu_codes, *cpu_params);
+      const int64_t rows = params.numel() / 2;
+      // The dtype's rounding of a rotated k of magnitude up to about 2.
+      const float rounding = dtype_ == DType::kF32 ? 1e-5f : dtype_ == DType::kF16 ? 2e-3f : 1.6e-2f;
+      int64_t moved = 0, beyond = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float step = std::max(params.data<float>()[2 * r], cpu_params->data<float>()[2 * r]);
+        for (int64_t d = 0; d < c.head_dim; ++d) {
+          const int64_t i = r * c.head_dim + d;
+          moved += codes.data<uint8_t>()[i] != cpu_codes->data<uint8_t>()[i];
+          beyond += std::abs(got[i] - want[i]) > 1.01f * step + rounding;
+        }
+      }
+      EXPECT_EQ(beyond, 0) << what << " values more than a step from the CPU's, " << name;
+      if (dtype_ == DType::kF32) {
+        EXPECT_LE(moved, codes.numel() / 50) << what << " codes not the CPU's, " << name;
+      }
+    }
+    Tensor cpu_out = Tensor::empty({n, c.heads * c.head_dim}, DType::kF32), gpu_out = gpu_empty({n, c.heads * c.head_dim});
+    cpu_->paged_attention(cpu_qkv, c.heads, batch, cpu_cache, c.block_size, cpu_out);
+    for (auto kernel : {PrefillAttentionKernel::kScalar, PrefillAttentionKernel::kAuto}) {
+      set_prefill_attention_kernel(kernel);
+      cuda_->paged_attention(gpu_qkv, c.heads, batch, gpu_cache, c.block_size, gpu_out);
+      expect_close(gpu_out, cpu_out, fmt::format("attention ({}) {}", kernel == PrefillAttentionKernel::kScalar
+                                                                          ? "scalar" : "default", name));
+    }
+    set_prefill_attention_kernel(PrefillAttentionKernel::kAuto);
   }
 }
 

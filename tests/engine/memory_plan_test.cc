@@ -1,9 +1,11 @@
 // The start-up memory plan against hand-computed sizes.
 #include <gtest/gtest.h>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "engine/memory_plan.h"
 #include "model/random_weights.h"
+#include "model/transformer.h"
 
 namespace tessera::engine {
 namespace {
@@ -193,7 +195,26 @@ TEST(engineMemoryPlan, SizesFromTheModelShape) {
   EXPECT_EQ(weight_bytes(s, DType::kBF16, true), 1272u * 2);  // 16-bit weights: packed means nothing
   // Keys and values, 2 layers, 1 kv head, 16 tokens, head_dim 4, bf16.
   EXPECT_EQ(kv_block_bytes(s, DType::kBF16, 16), 2u * 2 * 1 * 16 * 4 * 2);
+  // --quant-policy 8: a byte an element, and an f32 scale and zero a row.
+  EXPECT_EQ(kv_block_bytes(s, DType::kBF16, 16, backend::KvCacheFormat::kInt8), 2u * 2 * 1 * 16 * (4 + 8));
   EXPECT_GT(host_available_memory(), 0u);
+}
+
+// What the plan counts a block is what a cache of the model allocates, in either format.
+TEST(MemoryPlan, BlockBytesAreWhatTheCacheAllocates) {
+  auto cpu = backend::make_cpu_backend();
+  model::ModelSpec spec = model::random_model_spec("100m");
+  spec.num_layers = 2;
+  spec.num_kv_heads = 4;
+  spec.vocab_size = 1000;
+  auto model = model::make_random_transformer(spec, *cpu, 3);
+  for (auto format : {backend::KvCacheFormat::kCompute, backend::KvCacheFormat::kInt8}) {
+    model->set_kv_cache_format(format);
+    const backend::PagedKvCache cache = model->allocate_cache(5, 16);
+    EXPECT_EQ(cache.block_bytes(), kv_block_bytes(spec, DType::kF32, 16, format))
+        << backend::kv_cache_format_name(format);
+    EXPECT_EQ(cache.layers[0].quantized(), format == backend::KvCacheFormat::kInt8);
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@ yet are refused with a hint), --tp on the CPU, `chat` in a terminal, and
 
 import os
 import pty
+import re
 import select
 import subprocess
 import time
@@ -54,7 +55,7 @@ def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
     (["--model-format", "fp8"], "--model-format fp8 is not supported yet"),
     (["--model-format", "gptq"], "declares no GPTQ quantization_config"),
     (["--model-format", "awq"], "declares no AWQ quantization_config"),
-    (["--quant-policy", "8"], "--quant-policy 8"),
+    (["--quant-policy", "4"], "--quant-policy 4"),
     (["--nnodes", "2"], "--tp 1 does not split over --nnodes 2"),
     (["--tp", "3", "--backend", "cpu"], "tensor-parallel sizes that work"),
 ])
@@ -142,6 +143,31 @@ def test_rope_scaling_factor_takes_effect_past_the_trained_context(tessera_bin, 
     assert answers["scaled"][0] == answers["plain"][0]
     assert answers["scaled"][1][0] != answers["plain"][1][0]
     assert answers["scaled-tp2"] == answers["scaled"]  # the ranks' shards are made with the override too
+
+
+def kv_blocks(log):
+    match = re.search(r"KV cache +\S+ GiB +(\d+) blocks x", log)
+    assert match, log
+    return int(match.group(1))
+
+
+def test_quant_policy_8_serves_from_an_int8_kv_cache_with_more_blocks(tessera_bin, demo_dir, tmp_path):
+    # The demo model's KV rows are 32 f32 values on the CPU (128 bytes) and
+    # 32 codes plus a scale and zero in int8 (40 bytes): the same memory holds
+    # 3.2 times the blocks.
+    blocks = {}
+    for name, extra in [("plain", []), ("int8", ["--quant-policy", "8"])]:
+        server = Server(tessera_bin, demo_dir, tmp_path / f"{name}.log", "--backend", "cpu",
+                        "--cache-max-entry-count", "0.001", *extra)
+        try:
+            text, prompt_tokens = greedy_with_usage(server, "Once upon a time there was a little dog. " * 20)
+            assert prompt_tokens > 64 and text  # several blocks, and an answer
+            log = server.read_log()
+        finally:
+            assert server.stop() == 0
+        blocks[name] = kv_blocks(log)
+        assert ("--quant-policy 8: the KV cache holds 8-bit codes" in log) == bool(extra)
+    assert 2.5 < blocks["int8"] / blocks["plain"] < 4.0, blocks
 
 
 def test_check_env_reports_the_machine_and_the_choice(tessera_bin):

@@ -111,8 +111,7 @@ class CpuBackend final : public Backend {
     const int64_t qkv_size = (num_heads + 2 * num_kv_heads) * head_dim;
     expect_shape(qkv, {batch.num_tokens(), qkv_size}, "qkv");
     TESSERA_CHECK(static_cast<int64_t>(inv_freq.size()) == batch.num_seqs() * head_dim / 2);
-    float* keys = cache.keys.data<float>();
-    float* values = cache.values.data<float>();
+    const bool quantized = cache.quantized();
     // One parallel region over every new token (not one per sequence): a
     // decode step of many sequences would otherwise pay a fork/join each.
     const std::vector<int32_t> token_seq = token_sequences(batch);
@@ -128,9 +127,18 @@ class CpuBackend final : public Backend {
       }
       const int64_t block = table[position / block_size];
       for (int64_t h = 0; h < num_kv_heads; ++h) {
-        const int64_t slot = ((block * num_kv_heads + h) * block_size + position % block_size) * head_dim;
-        std::copy_n(row + (num_heads + h) * head_dim, head_dim, keys + slot);
-        std::copy_n(row + (num_heads + num_kv_heads + h) * head_dim, head_dim, values + slot);
+        const int64_t cache_row = (block * num_kv_heads + h) * block_size + position % block_size;
+        const float* key = row + (num_heads + h) * head_dim;
+        const float* value = row + (num_heads + num_kv_heads + h) * head_dim;
+        if (quantized) {
+          cpu::quantize_row_int8(key, head_dim, cache.keys.data<uint8_t>() + cache_row * head_dim,
+                                 cache.key_params.data<float>() + cache_row * 2);
+          cpu::quantize_row_int8(value, head_dim, cache.values.data<uint8_t>() + cache_row * head_dim,
+                                 cache.value_params.data<float>() + cache_row * 2);
+        } else {
+          std::copy_n(key, head_dim, cache.keys.data<float>() + cache_row * head_dim);
+          std::copy_n(value, head_dim, cache.values.data<float>() + cache_row * head_dim);
+        }
       }
     }
   }
@@ -150,9 +158,16 @@ class CpuBackend final : public Backend {
         const int32_t* table = batch.block_tables.data() + int64_t(token_seq[t]) * batch.max_blocks_per_seq;
         const int64_t last = batch.positions[t];
         const int64_t first = batch.sliding_window > 0 ? std::max<int64_t>(0, last - batch.sliding_window + 1) : 0;
-        cpu::attend_one(qkv.data<float>() + t * qkv_size + h * head_dim, cache.keys.data<float>(),
-                        cache.values.data<float>(), table, num_kv_heads, h / group, block_size, head_dim, first, last,
-                        out.data<float>() + (t * num_heads + h) * head_dim);
+        const float* q = qkv.data<float>() + t * qkv_size + h * head_dim;
+        float* o = out.data<float>() + (t * num_heads + h) * head_dim;
+        if (cache.quantized()) {
+          cpu::attend_one_int8(q, cache.keys.data<uint8_t>(), cache.key_params.data<float>(),
+                               cache.values.data<uint8_t>(), cache.value_params.data<float>(), table, num_kv_heads,
+                               h / group, block_size, head_dim, first, last, o);
+        } else {
+          cpu::attend_one(q, cache.keys.data<float>(), cache.values.data<float>(), table, num_kv_heads, h / group,
+                          block_size, head_dim, first, last, o);
+        }
       }
     }
   }

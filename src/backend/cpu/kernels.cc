@@ -101,19 +101,17 @@ void rope_rotate(float* x, int64_t head_dim, int32_t position, const float* inv_
   }
 }
 
-void attend_one(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_table,
-                int64_t num_kv_heads, int64_t kv_head, int64_t block_size, int64_t head_dim, int64_t first,
-                int64_t last, float* out) {
+namespace {
+
+// attend_one over any cache: key(p) and value(p) give position p's rows as f32.
+template <typename KeyRow, typename ValueRow>
+void attend(const float* q, int64_t head_dim, int64_t first, int64_t last, KeyRow key, ValueRow value, float* out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   int64_t count = last - first + 1;
   std::vector<float> scores(static_cast<size_t>(std::max<int64_t>(count, 0)));
-  auto row = [&](const float* cache, int64_t position) {
-    int64_t block = block_table[position / block_size];
-    return cache + ((block * num_kv_heads + kv_head) * block_size + position % block_size) * head_dim;
-  };
   float max_score = -INFINITY;
   for (int64_t p = first; p <= last; ++p) {
-    const float* k = row(k_cache, p);
+    const float* k = key(p);
     float dot = 0.0f;
     for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * k[d];
     scores[p - first] = dot * scale;
@@ -126,10 +124,59 @@ void attend_one(const float* q, const float* k_cache, const float* v_cache, cons
   }
   std::fill(out, out + head_dim, 0.0f);
   for (int64_t p = first; p <= last; ++p) {
-    const float* v = row(v_cache, p);
+    const float* v = value(p);
     float weight = static_cast<float>(scores[p - first] / denominator);
     for (int64_t d = 0; d < head_dim; ++d) out[d] += weight * v[d];
   }
+}
+
+}  // namespace
+
+void attend_one(const float* q, const float* k_cache, const float* v_cache, const int32_t* block_table,
+                int64_t num_kv_heads, int64_t kv_head, int64_t block_size, int64_t head_dim, int64_t first,
+                int64_t last, float* out) {
+  auto row = [&](const float* cache, int64_t position) {
+    int64_t block = block_table[position / block_size];
+    return cache + ((block * num_kv_heads + kv_head) * block_size + position % block_size) * head_dim;
+  };
+  attend(q, head_dim, first, last, [&](int64_t p) { return row(k_cache, p); },
+         [&](int64_t p) { return row(v_cache, p); }, out);
+}
+
+void attend_one_int8(const float* q, const uint8_t* k_codes, const float* k_params, const uint8_t* v_codes,
+                     const float* v_params, const int32_t* block_table, int64_t num_kv_heads, int64_t kv_head,
+                     int64_t block_size, int64_t head_dim, int64_t first, int64_t last, float* out) {
+  std::vector<float> k(static_cast<size_t>(head_dim)), v(static_cast<size_t>(head_dim));
+  auto row = [&](int64_t position) {
+    int64_t block = block_table[position / block_size];
+    return (block * num_kv_heads + kv_head) * block_size + position % block_size;
+  };
+  attend(
+      q, head_dim, first, last,
+      [&](int64_t p) {
+        dequantize_row_int8(k_codes + row(p) * head_dim, k_params + row(p) * 2, head_dim, k.data());
+        return k.data();
+      },
+      [&](int64_t p) {
+        dequantize_row_int8(v_codes + row(p) * head_dim, v_params + row(p) * 2, head_dim, v.data());
+        return v.data();
+      },
+      out);
+}
+
+void quantize_row_int8(const float* x, int64_t n, uint8_t* codes, float* params) {
+  const auto [low, high] = std::minmax_element(x, x + n);
+  const float zero = *low, scale = (*high - *low) / 255.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float code = scale > 0.0f ? std::nearbyint((x[i] - zero) / scale) : 0.0f;
+    codes[i] = static_cast<uint8_t>(std::clamp(code, 0.0f, 255.0f));
+  }
+  params[0] = scale;
+  params[1] = zero;
+}
+
+void dequantize_row_int8(const uint8_t* codes, const float* params, int64_t n, float* x) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::fmaf(static_cast<float>(codes[i]), params[0], params[1]);
 }
 
 void silu_mul(const float* gate_up, int64_t n, int64_t inter, float* out) {

@@ -8,10 +8,11 @@
 // the paged cache into shared memory once for all 64 queries (the decode
 // kernel re-reads them per query), and runs an online softmax per query in
 // f32, rescaling the accumulator only when the running maximum grows.
-// Scalar FMA: the kernel for f32, for head dims other than 64 and 128, and for
-// images older than compute_80; elsewhere the launcher hands the work to the
-// tensor-core twin (attention_prefill_mma.cu), which this kernel and the CPU
-// twin judge.
+// Scalar FMA: the kernel for f32, for head dims other than 64 and 128 and for
+// images older than compute_80 (with C = uint8_t over 8-bit caches too, each
+// row dequantized with its scale and zero as it is staged); elsewhere the
+// launcher hands the work to the tensor-core twin (attention_prefill_mma.cu),
+// which this kernel and the CPU twin judge.
 #include <cmath>
 #include <type_traits>
 
@@ -27,12 +28,27 @@ namespace {
 
 constexpr int kQueriesPerTile = 64;
 
-template <typename T, int kHeadDim>
+// Elements at..at+3 of cache row `row` as f32: T values, or 8-bit codes times
+// the row's scale plus its zero (cpu::dequantize_row_int8's fmaf).
+template <typename C>
+__device__ __forceinline__ float4 load_four(const C* cache, const float2* params, int64_t row, int64_t at) {
+  if constexpr (std::is_same_v<C, uint8_t>) {
+    const float2 p = params[row];
+    return make_float4(fmaf(cache[at], p.x, p.y), fmaf(cache[at + 1], p.x, p.y), fmaf(cache[at + 2], p.x, p.y),
+                       fmaf(cache[at + 3], p.x, p.y));
+  } else {
+    return make_float4(to_float(cache[at]), to_float(cache[at + 1]), to_float(cache[at + 2]),
+                       to_float(cache[at + 3]));
+  }
+}
+
+// C: the cache's element type (T, or uint8_t codes with k_params/v_params).
+template <typename T, typename C, int kHeadDim>
 __global__ void prefill_attention_kernel(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
                                          const int32_t* tile_first, const int32_t* tile_count,
                                          const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
-                                         int64_t kv_heads, int64_t block_size, int64_t window, const T* k_cache,
-                                         const T* v_cache, T* out) {
+                                         int64_t kv_heads, int64_t block_size, int64_t window, const C* k_cache,
+                                         const C* v_cache, const float2* k_params, const float2* v_params, T* out) {
   constexpr int kSplit = kHeadDim > 64 ? kHeadDim / 64 : 1;  // threads per query
   constexpr int kDims = kHeadDim / kSplit;                    // dimensions per thread
   constexpr int kVecs = kDims >= 4 ? kDims / 4 : 1;           // float4 slices per thread
@@ -76,12 +92,9 @@ __global__ void prefill_attention_kernel(const T* qkv, const int32_t* positions,
       const int32_t p = k0 + j;
       float4 k_value = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v_value = k_value;
       if (p <= tile_last) {
-        const int64_t row =
-            ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim + v * 4;
-        k_value = make_float4(to_float(k_cache[row]), to_float(k_cache[row + 1]), to_float(k_cache[row + 2]),
-                              to_float(k_cache[row + 3]));
-        v_value = make_float4(to_float(v_cache[row]), to_float(v_cache[row + 1]), to_float(v_cache[row + 2]),
-                              to_float(v_cache[row + 3]));
+        const int64_t row = (int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size;
+        k_value = load_four(k_cache, k_params, row, row * kHeadDim + v * 4);
+        v_value = load_four(v_cache, v_params, row, row * kHeadDim + v * 4);
       }
       k_tile[j][v] = k_value;
       v_tile[j][v] = v_value;
@@ -131,6 +144,37 @@ __global__ void prefill_attention_kernel(const T* qkv, const int32_t* positions,
   }
 }
 
+// The scalar kernel for head_dim over a cache of C.
+template <typename T, typename C>
+void launch_scalar(const T* qkv, const int32_t* positions, const int32_t* tile_seq, const int32_t* tile_first,
+                   const int32_t* tile_count, int64_t num_tiles, const int32_t* block_tables,
+                   int32_t max_blocks_per_seq, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block_size,
+                   int64_t window, const C* k_cache, const C* v_cache, const float2* k_params,
+                   const float2* v_params, T* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(heads));
+#define TESSERA_PREFILL_CASE(D)                                                                                   \
+  case D:                                                                                                         \
+    prefill_attention_kernel<T, C, D><<<grid, kQueriesPerTile * (D > 64 ? D / 64 : 1), 0, stream>>>(              \
+        qkv, positions, tile_seq, tile_first, tile_count, block_tables, max_blocks_per_seq, heads, kv_heads,       \
+        block_size, window, k_cache, v_cache, k_params, v_params, out);                                           \
+    break;
+  switch (head_dim) {
+    TESSERA_PREFILL_CASE(8)
+    TESSERA_PREFILL_CASE(16)
+    TESSERA_PREFILL_CASE(32)
+    TESSERA_PREFILL_CASE(64)
+    TESSERA_PREFILL_CASE(96)
+    TESSERA_PREFILL_CASE(128)
+    TESSERA_PREFILL_CASE(256)
+    default:
+      throw Error(ErrorKind::kUnsupported,
+                  "CUDA prefill attention has no kernel for head_dim " + std::to_string(head_dim),
+                  "supported head dims: 8, 16, 32, 64, 96, 128, 256; use --device cpu for this model");
+  }
+#undef TESSERA_PREFILL_CASE
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 template <typename T>
@@ -152,34 +196,39 @@ void launch_prefill_attention(const T* qkv, const int32_t* positions, const int3
       return;
     }
   }
-  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(heads));
-#define TESSERA_PREFILL_CASE(D)                                                                                   \
-  case D:                                                                                                         \
-    prefill_attention_kernel<T, D><<<grid, kQueriesPerTile * (D > 64 ? D / 64 : 1), 0, stream>>>(                 \
-        qkv, positions, tile_seq, tile_first, tile_count, block_tables, max_blocks_per_seq, heads, kv_heads,       \
-        block_size, window, k_cache, v_cache, out);                                                               \
-    break;
-  switch (head_dim) {
-    TESSERA_PREFILL_CASE(8)
-    TESSERA_PREFILL_CASE(16)
-    TESSERA_PREFILL_CASE(32)
-    TESSERA_PREFILL_CASE(64)
-    TESSERA_PREFILL_CASE(96)
-    TESSERA_PREFILL_CASE(128)
-    TESSERA_PREFILL_CASE(256)
-    default:
-      throw Error(ErrorKind::kUnsupported,
-                  "CUDA prefill attention has no kernel for head_dim " + std::to_string(head_dim),
-                  "supported head dims: 8, 16, 32, 64, 96, 128, 256; use --device cpu for this model");
+  launch_scalar<T, T>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables, max_blocks_per_seq,
+                      heads, kv_heads, head_dim, block_size, window, k_cache, v_cache, nullptr, nullptr, out, stream);
+}
+
+template <typename T>
+void launch_prefill_attention_int8(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
+                                   const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
+                                   const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
+                                   int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
+                                   const Int8KvLayer& cache, T* out, cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  if constexpr (!std::is_same_v<T, float>) {
+    const DType dtype = std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16;
+    if (use_tensor_core_prefill(dtype, head_dim, prefill_attention_mma_image_arch<T>(head_dim))) {
+      launch_prefill_attention_mma_int8<T>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
+                                           max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window, cache,
+                                           out, stream);
+      return;
+    }
   }
-#undef TESSERA_PREFILL_CASE
-  TESSERA_CUDA_CHECK_LAUNCH();
+  launch_scalar<T, uint8_t>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
+                            max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window, cache.k_codes,
+                            cache.v_codes, cache.k_params, cache.v_params, out, stream);
 }
 
 #define INSTANTIATE(T)                                                                                           \
   template void launch_prefill_attention<T>(const T*, const int32_t*, const int32_t*, const int32_t*,            \
                                             const int32_t*, int64_t, const int32_t*, int32_t, int64_t, int64_t,  \
-                                            int64_t, int64_t, int64_t, const T*, const T*, T*, cudaStream_t);
+                                            int64_t, int64_t, int64_t, const T*, const T*, T*, cudaStream_t);     \
+  template void launch_prefill_attention_int8<T>(const T*, const int32_t*, const int32_t*, const int32_t*,       \
+                                                 const int32_t*, int64_t, const int32_t*, int32_t, int64_t,      \
+                                                 int64_t, int64_t, int64_t, int64_t, const Int8KvLayer&, T*,     \
+                                                 cudaStream_t);
 TESSERA_FOR_EACH_CUDA_TYPE(INSTANTIATE)
 #undef INSTANTIATE
 

@@ -23,6 +23,12 @@
 // shared memory are padded by 16 bytes so ldmatrix's eight row reads fall in
 // different banks.
 //
+// An 8-bit cache (--quant-policy 8) takes the same kernel with C = uint8_t:
+// each 8-code piece of a row is loaded with the row's (scale, zero) and
+// dequantized into 16 bits as it is stored into shared memory (plain loads
+// and stores where 16-bit rows take cp.async: the next tile's loads no longer
+// overlap this one's products).
+//
 // mma.sync with bf16 needs sm_80: the kernel body exists only in images built
 // for compute_80 or newer, and the launcher is never called on older images
 // (prefill_kernel_choice.cc asks the loaded image first).
@@ -34,6 +40,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -104,16 +111,29 @@ __device__ __forceinline__ uint32_t pack2<__half>(float low, float high) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// Eight codes times the row's scale plus its zero (cpu::dequantize_row_int8's
+// fmaf), rounded to T: one 16-byte piece of a shared row.
+template <typename T>
+__device__ __forceinline__ uint4 dequantize8(uint2 codes, float2 params) {
+  const uint8_t* c = reinterpret_cast<const uint8_t*>(&codes);
+  auto at = [&](int i) { return fmaf(static_cast<float>(c[i]), params.x, params.y); };
+  return make_uint4(pack2<T>(at(0), at(1)), pack2<T>(at(2), at(3)), pack2<T>(at(4), at(5)), pack2<T>(at(6), at(7)));
+}
+
 #endif  // __CUDA_ARCH__ >= 800
 
-template <typename T, int kHeadDim, int kWarps, int kStages, int kM, int kKeys>
+// C: the cache's element type, T or uint8_t (codes; k_params/v_params then
+// hold each row's (scale, zero)).
+template <typename T, typename C, int kHeadDim, int kWarps, int kStages, int kM, int kKeys>
 __global__ void __launch_bounds__(32 * kWarps)
     prefill_attention_mma_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions,
                                  const int32_t* __restrict__ tile_seq, const int32_t* __restrict__ tile_first,
                                  const int32_t* __restrict__ tile_count, int32_t num_tiles,
                                  const int32_t* __restrict__ block_tables, int32_t max_blocks_per_seq,
                                  int32_t heads, int32_t kv_heads, int32_t block_size, int32_t window,
-                                 const T* __restrict__ k_cache, const T* __restrict__ v_cache, T* __restrict__ out) {
+                                 const C* __restrict__ k_cache, const C* __restrict__ v_cache,
+                                 const float2* __restrict__ k_params, const float2* __restrict__ v_params,
+                                 T* __restrict__ out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(kHeadDim % 16 == 0, "head_dim is a multiple of the mma's k");
   static_assert(kKeys % 16 == 0, "a K/V tile is whole k steps of P·V");
@@ -186,12 +206,24 @@ __global__ void __launch_bounds__(32 * kWarps)
       const int j = index / kChunks, c = index % kChunks;
       const int32_t p = k0 + j;
       const bool inside = p <= high_position;
-      int64_t offset = 0;
-      if (inside) {
-        offset = ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim + c * 8;
+      int64_t row = 0;
+      if (inside) row = (int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size;
+      const int64_t offset = row * kHeadDim + c * 8;
+      if constexpr (std::is_same_v<C, uint8_t>) {
+        uint2 k_codes = make_uint2(0, 0), v_codes = k_codes;
+        float2 k_pair = make_float2(0.0f, 0.0f), v_pair = k_pair;  // rows past the end: zeros
+        if (inside) {
+          k_codes = *reinterpret_cast<const uint2*>(k_cache + offset);
+          v_codes = *reinterpret_cast<const uint2*>(v_cache + offset);
+          k_pair = k_params[row];
+          v_pair = v_params[row];
+        }
+        *reinterpret_cast<uint4*>(k_stage + j * kStride + c * 8) = dequantize8<T>(k_codes, k_pair);
+        *reinterpret_cast<uint4*>(v_stage + j * kStride + c * 8) = dequantize8<T>(v_codes, v_pair);
+      } else {
+        cp_async_16(shared_address(k_stage + j * kStride + c * 8), k_cache + offset, inside ? 16 : 0);
+        cp_async_16(shared_address(v_stage + j * kStride + c * 8), v_cache + offset, inside ? 16 : 0);
       }
-      cp_async_16(shared_address(k_stage + j * kStride + c * 8), k_cache + offset, inside ? 16 : 0);
-      cp_async_16(shared_address(v_stage + j * kStride + c * 8), v_cache + offset, inside ? 16 : 0);
     }
   };
 
@@ -338,12 +370,12 @@ __global__ void __launch_bounds__(32 * kWarps)
 #endif  // __CUDA_ARCH__ >= 800
 }
 
-template <typename T, int kHeadDim, int kWarps, int kStages, int kM, int kKeys>
+template <typename T, typename C, int kHeadDim, int kWarps, int kStages, int kM, int kKeys>
 void launch_config(const T* qkv, const int32_t* positions, const int32_t* tile_seq, const int32_t* tile_first,
             const int32_t* tile_count, int64_t num_tiles, const int32_t* block_tables, int32_t max_blocks_per_seq,
-            int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window, const T* k_cache, const T* v_cache,
-            T* out, cudaStream_t stream) {
-  auto kernel = prefill_attention_mma_kernel<T, kHeadDim, kWarps, kStages, kM, kKeys>;
+            int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window, const C* k_cache, const C* v_cache,
+            const float2* k_params, const float2* v_params, T* out, cudaStream_t stream) {
+  auto kernel = prefill_attention_mma_kernel<T, C, kHeadDim, kWarps, kStages, kM, kKeys>;
   constexpr int bytes = shared_bytes<kHeadDim, kStages, kKeys>();
   constexpr int kRows = 16 * kM * kWarps;
   // Above 48 KiB of dynamic shared memory a kernel must opt in (per device, so every launch says it).
@@ -354,7 +386,7 @@ void launch_config(const T* qkv, const int32_t* positions, const int32_t* tile_s
                                             static_cast<int32_t>(num_tiles), block_tables, max_blocks_per_seq,
                                             static_cast<int32_t>(heads), static_cast<int32_t>(kv_heads),
                                             static_cast<int32_t>(block_size), static_cast<int32_t>(window), k_cache,
-                                            v_cache, out);
+                                            v_cache, k_params, v_params, out);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -365,15 +397,43 @@ void launch_config(const T* qkv, const int32_t* positions, const int32_t* tile_s
 // gained less (docs/BENCHMARKS.md).
 constexpr int kWarps = 8, kStages = 2, kMTiles = 2, kKeys = 32;
 
-template <typename T, int kHeadDim>
+template <typename T, typename C, int kHeadDim>
 void launch(const T* qkv, const int32_t* positions, const int32_t* tile_seq, const int32_t* tile_first,
             const int32_t* tile_count, int64_t num_tiles, const int32_t* block_tables, int32_t max_blocks_per_seq,
-            int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window, const T* k_cache, const T* v_cache,
-            T* out, cudaStream_t stream) {
-  launch_config<T, kHeadDim, kWarps, kStages, kMTiles, kKeys>(qkv, positions, tile_seq, tile_first, tile_count,
-                                                               num_tiles, block_tables, max_blocks_per_seq, heads,
-                                                               kv_heads, block_size, window, k_cache, v_cache, out,
-                                                               stream);
+            int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window, const C* k_cache, const C* v_cache,
+            const float2* k_params, const float2* v_params, T* out, cudaStream_t stream) {
+  launch_config<T, C, kHeadDim, kWarps, kStages, kMTiles, kKeys>(qkv, positions, tile_seq, tile_first, tile_count,
+                                                                  num_tiles, block_tables, max_blocks_per_seq, heads,
+                                                                  kv_heads, block_size, window, k_cache, v_cache,
+                                                                  k_params, v_params, out, stream);
+}
+
+// Checks the heads and picks the kernel for head_dim (64 or 128).
+template <typename T, typename C>
+void launch_head_dim(const T* qkv, const int32_t* positions, const int32_t* tile_seq, const int32_t* tile_first,
+                     const int32_t* tile_count, int64_t num_tiles, const int32_t* block_tables,
+                     int32_t max_blocks_per_seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                     int64_t block_size, int64_t window, const C* k_cache, const C* v_cache, const float2* k_params,
+                     const float2* v_params, T* out, cudaStream_t stream) {
+  if (num_tiles == 0) return;
+  if (heads % kv_heads != 0) {
+    throw Error(ErrorKind::kInternal, "prefill attention: heads " + std::to_string(heads) +
+                                          " not a multiple of kv_heads " + std::to_string(kv_heads));
+  }
+  switch (head_dim) {
+    case 64:
+      launch<T, C, 64>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables, max_blocks_per_seq,
+                       heads, kv_heads, block_size, window, k_cache, v_cache, k_params, v_params, out, stream);
+      return;
+    case 128:
+      launch<T, C, 128>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
+                        max_blocks_per_seq, heads, kv_heads, block_size, window, k_cache, v_cache, k_params, v_params,
+                        out, stream);
+      return;
+    default:
+      throw Error(ErrorKind::kInternal,
+                  "tensor-core prefill attention has no kernel for head_dim " + std::to_string(head_dim));
+  }
 }
 
 // Asked once per device (every forward's layers launch through here).
@@ -388,7 +448,7 @@ int image_arch() {
   }
   cudaFuncAttributes attributes{};
   int arch = -1;
-  if (cudaFuncGetAttributes(&attributes, prefill_attention_mma_kernel<T, kHeadDim, kWarps, kStages, kMTiles, kKeys>) == cudaSuccess) {
+  if (cudaFuncGetAttributes(&attributes, prefill_attention_mma_kernel<T, T, kHeadDim, kWarps, kStages, kMTiles, kKeys>) == cudaSuccess) {
     arch = std::min(attributes.ptxVersion, attributes.binaryVersion);
   } else {
     cudaGetLastError();  // no image for this device: not sticky, and the caller falls back
@@ -405,24 +465,20 @@ void launch_prefill_attention_mma(const T* qkv, const int32_t* positions, const 
                                   const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
                                   int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
                                   const T* k_cache, const T* v_cache, T* out, cudaStream_t stream) {
-  if (num_tiles == 0) return;
-  if (heads % kv_heads != 0) {
-    throw Error(ErrorKind::kInternal, "prefill attention: heads " + std::to_string(heads) +
-                                          " not a multiple of kv_heads " + std::to_string(kv_heads));
-  }
-  switch (head_dim) {
-    case 64:
-      launch<T, 64>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables, max_blocks_per_seq,
-                    heads, kv_heads, block_size, window, k_cache, v_cache, out, stream);
-      return;
-    case 128:
-      launch<T, 128>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables, max_blocks_per_seq,
-                     heads, kv_heads, block_size, window, k_cache, v_cache, out, stream);
-      return;
-    default:
-      throw Error(ErrorKind::kInternal,
-                  "tensor-core prefill attention has no kernel for head_dim " + std::to_string(head_dim));
-  }
+  launch_head_dim<T, T>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables, max_blocks_per_seq,
+                        heads, kv_heads, head_dim, block_size, window, k_cache, v_cache, nullptr, nullptr, out,
+                        stream);
+}
+
+template <typename T>
+void launch_prefill_attention_mma_int8(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
+                                       const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
+                                       const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
+                                       int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
+                                       const Int8KvLayer& cache, T* out, cudaStream_t stream) {
+  launch_head_dim<T, uint8_t>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
+                              max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window, cache.k_codes,
+                              cache.v_codes, cache.k_params, cache.v_params, out, stream);
 }
 
 template <typename T>
@@ -438,6 +494,10 @@ int prefill_attention_mma_image_arch(int64_t head_dim) {
   template void launch_prefill_attention_mma<T>(const T*, const int32_t*, const int32_t*, const int32_t*,          \
                                                 const int32_t*, int64_t, const int32_t*, int32_t, int64_t, int64_t, \
                                                 int64_t, int64_t, int64_t, const T*, const T*, T*, cudaStream_t);   \
+  template void launch_prefill_attention_mma_int8<T>(const T*, const int32_t*, const int32_t*, const int32_t*,     \
+                                                     const int32_t*, int64_t, const int32_t*, int32_t, int64_t,    \
+                                                     int64_t, int64_t, int64_t, int64_t, const Int8KvLayer&, T*,   \
+                                                     cudaStream_t);                                                \
   template int prefill_attention_mma_image_arch<T>(int64_t);
 INSTANTIATE(__half)
 INSTANTIATE(__nv_bfloat16)

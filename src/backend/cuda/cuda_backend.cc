@@ -298,13 +298,26 @@ class CudaBackend final : public Backend {
     expect_prepared(batch);
     upload_inv_freq(inv_freq);
     if (staging_) return;
+    const bool int8 = cache.quantized();
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
+      // An 8-bit cache: rotated in place here, quantized into the cache by the next kernel.
       cuda::launch_rope_cache_write<T>(ptr<T>(qkv), positions_, token_seq_, inv_freq_, attention_scaling,
                                        block_tables_, batch.max_blocks_per_seq, batch.num_tokens(), num_heads,
-                                       cache.keys.dim(1), cache.keys.dim(3), block_size, ptr<T>(cache.keys),
-                                       ptr<T>(cache.values), stream_);
+                                       cache.keys.dim(1), cache.keys.dim(3), block_size,
+                                       int8 ? nullptr : ptr<T>(cache.keys), int8 ? nullptr : ptr<T>(cache.values),
+                                       stream_);
+      if (int8) {
+        cuda::launch_int8_cache_write<T>(ptr<T>(qkv), positions_, token_seq_, block_tables_,
+                                         batch.max_blocks_per_seq, batch.num_tokens(), num_heads, cache.keys.dim(1),
+                                         cache.keys.dim(3), block_size, int8_layer(cache), stream_);
+      }
     });
+  }
+
+  static cuda::Int8KvLayer int8_layer(const PagedKvLayer& cache) {
+    return {ptr<uint8_t>(cache.keys), ptr<uint8_t>(cache.values), ptr<float2>(cache.key_params),
+            ptr<float2>(cache.value_params)};
   }
 
   // Steps of decode tokens only rotate inside the split-K kernel (one kernel
@@ -312,7 +325,7 @@ class CudaBackend final : public Backend {
   void rope_attention(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq, float attention_scaling,
                       const AttentionBatch& batch, PagedKvLayer& cache, int64_t block_size, Tensor& out) override {
     expect_prepared(batch);
-    if (!fuse_rope_ || !split_decode_step(batch)) {
+    if (!fuse_rope_ || !split_decode_step(batch) || cache.quantized()) {
       return Backend::rope_attention(qkv, num_heads, inv_freq, attention_scaling, batch, cache, block_size, out);
     }
     upload_inv_freq(inv_freq);
@@ -327,6 +340,7 @@ class CudaBackend final : public Backend {
   void paged_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                        int64_t block_size, Tensor& out) override {
     expect_prepared(batch);
+    if (cache.quantized()) return int8_attention(qkv, num_heads, batch, cache, block_size, out);
     // A step of decode tokens only (one per sequence) takes the split-K kernel;
     // anything with a prefill chunk takes the tiled one.
     if (max_new_tokens_ >= kTiledFrom) {
@@ -631,6 +645,24 @@ class CudaBackend final : public Backend {
     return sm90_device_plan_;
   }
 
+  // Over an 8-bit cache: decode steps by the split-K kernel (whatever
+  // TESSERA_DECODE_ATTENTION says), the rest by the scalar tiled kernel.
+  void int8_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
+                      int64_t block_size, Tensor& out) {
+    if (max_new_tokens_ < kTiledFrom && batch.num_tokens() == batch.num_seqs()) {
+      return decode_attention(qkv, num_heads, batch, cache, block_size, out, {});
+    }
+    if (staging_) return;
+    dispatch(compute_dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      cuda::launch_prefill_attention_int8<T>(ptr<T>(qkv), positions_, tile_seq_, tile_first_, tile_count_,
+                                             static_cast<int64_t>(tile_seq_host_.size()), block_tables_,
+                                             batch.max_blocks_per_seq, num_heads, cache.keys.dim(1),
+                                             cache.keys.dim(3), block_size, batch.sliding_window, int8_layer(cache),
+                                             ptr<T>(out), stream_);
+    });
+  }
+
   // A step of decode tokens only: split-K attention, GQA groups sharing K/V reads.
   void decode_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                         int64_t block_size, Tensor& out, const cuda::DecodeRope& rope) {
@@ -659,6 +691,12 @@ class CudaBackend final : public Backend {
     if (staging_) return;  // the buffers are sized: a recording that follows finds them in place
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
+      if (cache.quantized()) {
+        cuda::launch_decode_attention_int8<T>(ptr<T>(qkv), positions_, block_tables_, batch.max_blocks_per_seq,
+                                              seqs, num_heads, kv_heads, head_dim, block_size, batch.sliding_window,
+                                              splits, int8_layer(cache), partial, arrivals, ptr<T>(out), stream_);
+        return;
+      }
       cuda::launch_decode_attention<T>(ptr<T>(qkv), positions_, block_tables_, batch.max_blocks_per_seq, seqs,
                                        num_heads, kv_heads, head_dim, block_size, batch.sliding_window, splits,
                                        ptr<T>(cache.keys), ptr<T>(cache.values), partial, arrivals, ptr<T>(out),

@@ -33,9 +33,15 @@
 // Every length is read from device memory (positions), never from the launch,
 // so a captured CUDA graph stays right while sequences grow: blocks past a
 // sequence's pieces return at once.
+// An 8-bit cache (--quant-policy 8) takes the same kernel with C = uint8_t:
+// 8-byte loads of 8 codes (a lane holds as many elements as with 16-bit rows,
+// so the registers stay those of the 16-bit kernel), each row's (scale, zero)
+// loaded with it, dequantized before the dot product; RoPE is not fused there
+// (the step's rows are written by their own kernel first).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
@@ -58,17 +64,32 @@ constexpr int pow2_ceil(int v) {
   return p;
 }
 
-template <typename T, int kHeadDim>
+// C: the cache's element type (the compute type, or uint8_t codes).
+template <typename C, int kHeadDim>
 struct Layout {
-  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));          // elements per 16-byte load
+  static constexpr bool kCodes = sizeof(C) == 1;
+  using Load = std::conditional_t<kCodes, uint2, uint4>;                 // 8 codes, or 16 bytes of C
+  static constexpr int kVec = kCodes ? 8 : 16 / static_cast<int>(sizeof(C));  // elements per load
   static constexpr int kChunks = kHeadDim / kVec;                         // loads per row
   static constexpr int kLanes = kChunks >= 32 ? 32 : pow2_ceil(kChunks);  // lanes per row (some idle for 96)
   static constexpr int kLoads = (kChunks + kLanes - 1) / kLanes;          // loads per lane per row
   static constexpr int kPerLane = kLoads * kVec;
   static constexpr int kRowsPerWarp = 32 / kLanes;
   static constexpr int kRowGroups = kDecodeWarps * kRowsPerWarp;
-  static_assert(kHeadDim % kVec == 0, "a row must be whole 16-byte loads");
+  static_assert(kHeadDim % kVec == 0, "a row must be whole loads");
 };
+
+// One load of a cache row as f32: 16-bit or f32 values (to_floats), or 8
+// codes times the row's scale plus its zero (cpu::dequantize_row_int8's fmaf).
+template <typename C>
+__device__ __forceinline__ void cache_floats(const uint4& v, float* f, float2, C tag) {
+  to_floats(v, f, tag);
+}
+__device__ __forceinline__ void cache_floats(const uint2& v, float* f, float2 params, uint8_t) {
+  const uint8_t* codes = reinterpret_cast<const uint8_t*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = fmaf(static_cast<float>(codes[i]), params.x, params.y);
+}
 
 // The key range of sequence `seq`'s new token: [first, last].
 __device__ __forceinline__ void key_range(const int32_t* positions, int64_t seq, int window, int32_t& first,
@@ -91,14 +112,18 @@ __device__ __forceinline__ int32_t piece_length(int32_t length, int num_splits) 
 // above the GQA group, at most kMaxGroup. Sized for 8 heads whatever the
 // group, the per-lane state took 209 registers (two blocks an SM); for a
 // group of 4 (InternLM2.5-7B) it takes 137 (three).
-template <typename T, int kHeadDim, int kGroup>
+// C: the cache's element type, T or uint8_t (then k_params/v_params hold
+// each row's (scale, zero) and inv_freq is null).
+template <typename T, typename C, int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions,
                             const int32_t* __restrict__ block_tables, int32_t max_blocks_per_seq, int heads,
-                            int kv_heads, int block_size, int window, T* k_cache, T* v_cache, float* partial,
+                            int kv_heads, int block_size, int window, C* k_cache, C* v_cache,
+                            const float2* __restrict__ k_params, const float2* __restrict__ v_params, float* partial,
                             int32_t* arrivals, T* __restrict__ out, const float* __restrict__ inv_freq,
                             float rope_scaling, bool early) {
-  using L = Layout<T, kHeadDim>;
+  using L = Layout<C, kHeadDim>;
+  using Load = typename L::Load;
   const int split = blockIdx.x, num_splits = gridDim.x;
   const int group = heads / kv_heads;
   const int chunks_per_group = (group + kMaxGroup - 1) / kMaxGroup;
@@ -123,23 +148,33 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // first dot product, so a split of a short context waits for memory once,
   // not once per row step (at batch 1 the loads' latency is the kernel's time).
   constexpr int kStep = kDecodeWarps * L::kRowsPerWarp, kUnroll = L::kLoads == 1 ? 4 : 2;
-  uint4 kr[kUnroll][L::kLoads], vr[kUnroll][L::kLoads];
+  Load kr[kUnroll][L::kLoads], vr[kUnroll][L::kLoads];
+  float2 kp[kUnroll], vp[kUnroll];  // 8-bit caches: each row's (scale, zero)
+  // Row u of a pass: its K/V loads (and 8-bit rows' params) from cache row `row`.
+  auto load_row = [&](int u, int64_t row) {
+    if constexpr (L::kCodes) {
+      kp[u] = k_params[row];
+      vp[u] = v_params[row];
+    }
+#pragma unroll
+    for (int j = 0; j < L::kLoads; ++j) {
+      const int chunk = j * L::kLanes + li;
+      if (chunk < L::kChunks) {
+        kr[u][j] = *reinterpret_cast<const Load*>(k_cache + row * kHeadDim + chunk * L::kVec);
+        vr[u][j] = *reinterpret_cast<const Load*>(v_cache + row * kHeadDim + chunk * L::kVec);
+      }
+    }
+  };
   // The pass's K/V rows but position `skip`'s (zeros past `end` and there).
   auto load_pass = [&](int32_t pass, int32_t skip) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int32_t p = pass + u * kStep + row_in_warp;
-      const bool wanted = p < end && p != skip;
-      const int64_t row =
-          wanted ? ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim : 0;
+      kp[u] = vp[u] = make_float2(0.0f, 0.0f);
 #pragma unroll
-      for (int j = 0; j < L::kLoads; ++j) {
-        const int chunk = j * L::kLanes + li;
-        kr[u][j] = vr[u][j] = make_uint4(0, 0, 0, 0);
-        if (wanted && chunk < L::kChunks) {
-          kr[u][j] = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
-          vr[u][j] = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
-        }
+      for (int j = 0; j < L::kLoads; ++j) kr[u][j] = vr[u][j] = Load{};
+      if (p < end && p != skip) {
+        load_row(u, (int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size);
       }
     }
   };
@@ -179,11 +214,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 
   const float scale = rsqrtf(static_cast<float>(kHeadDim));
   const T* q_row = qkv + seq * qkv_size + int64_t(head0) * kHeadDim;
-  if (inv_freq == nullptr) {
+  if (L::kCodes || inv_freq == nullptr) {
     for (int i = threadIdx.x; i < count * kHeadDim; i += blockDim.x) {
       q_shared[i / kHeadDim][i % kHeadDim] = to_float(q_row[i]) * scale;
     }
-  } else {
+  } else if constexpr (!L::kCodes) {
     // launch_rope_cache_write's rotation (the same f32 angle and rounding to
     // T) of the block's q heads and, in the pieces that hold the new token,
     // of its k, which goes to the cache with its v. Blocks of one KV head
@@ -222,17 +257,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   for (int u = 0; u < kUnroll; ++u) {
     const int32_t p = first_pass + u * kStep + row_in_warp;
     if (p == last && p < end) {
-      const int64_t row = ((int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size) * kHeadDim;
+      const int64_t row = (int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size;
+      if (L::kCodes || inv_freq == nullptr) {
+        load_row(u, row);  // the previous kernel wrote it
+      } else if constexpr (!L::kCodes) {
 #pragma unroll
-      for (int j = 0; j < L::kLoads; ++j) {
-        const int chunk = j * L::kLanes + li;
-        if (chunk < L::kChunks) {
-          if (inv_freq != nullptr) {
+        for (int j = 0; j < L::kLoads; ++j) {
+          const int chunk = j * L::kLanes + li;
+          if (chunk < L::kChunks) {
             kr[u][j] = *reinterpret_cast<const uint4*>(&kv_new_shared[0][chunk * L::kVec]);
             vr[u][j] = *reinterpret_cast<const uint4*>(&kv_new_shared[1][chunk * L::kVec]);
-          } else {  // the previous kernel wrote it
-            kr[u][j] = *reinterpret_cast<const uint4*>(k_cache + row + chunk * L::kVec);
-            vr[u][j] = *reinterpret_cast<const uint4*>(v_cache + row + chunk * L::kVec);
           }
         }
       }
@@ -266,8 +300,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       float k[L::kPerLane], v[L::kPerLane];
 #pragma unroll
       for (int j = 0; j < L::kLoads; ++j) {
-        to_floats(kr[u][j], k + j * L::kVec, T{});
-        to_floats(vr[u][j], v + j * L::kVec, T{});
+        cache_floats(kr[u][j], k + j * L::kVec, kp[u], C{});
+        cache_floats(vr[u][j], v + j * L::kVec, vp[u], C{});
       }
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
@@ -391,11 +425,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
 }
 
-template <typename T, int kHeadDim>
+template <typename T, typename C, int kHeadDim>
 void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_tables, int32_t max_blocks_per_seq,
                   int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window,
-                  int64_t num_splits, T* k_cache, T* v_cache, float* partial, int32_t* arrivals, T* out,
-                  cudaStream_t stream, const DecodeRope& rope) {
+                  int64_t num_splits, C* k_cache, C* v_cache, const float2* k_params, const float2* v_params,
+                  float* partial, int32_t* arrivals, T* out, cudaStream_t stream, const DecodeRope& rope) {
   const int64_t group = heads / kv_heads;
   const int64_t chunks_per_group = (group + kMaxGroup - 1) / kMaxGroup;
   const dim3 grid(static_cast<unsigned>(num_splits), static_cast<unsigned>(kv_heads * chunks_per_group),
@@ -403,13 +437,49 @@ void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_t
   auto launch = [&](auto kernel) {
     launch_after(kernel, grid, kDecodeWarps * 32, 0, stream, qkv, positions, block_tables, max_blocks_per_seq,
                  static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(block_size),
-                 static_cast<int>(window), k_cache, v_cache, partial, arrivals, out, rope.inv_freq, rope.scaling,
-                 early_successor_launch() && programmatic_launch_enabled());
+                 static_cast<int>(window), k_cache, v_cache, k_params, v_params, partial, arrivals, out,
+                 rope.inv_freq, rope.scaling, early_successor_launch() && programmatic_launch_enabled());
   };
-  if (group == 1) return launch(decode_attention_kernel<T, kHeadDim, 1>);
-  if (group == 2) return launch(decode_attention_kernel<T, kHeadDim, 2>);
-  if (group <= 4) return launch(decode_attention_kernel<T, kHeadDim, 4>);
-  launch(decode_attention_kernel<T, kHeadDim, kMaxGroup>);
+  if (group == 1) return launch(decode_attention_kernel<T, C, kHeadDim, 1>);
+  if (group == 2) return launch(decode_attention_kernel<T, C, kHeadDim, 2>);
+  if (group <= 4) return launch(decode_attention_kernel<T, C, kHeadDim, 4>);
+  launch(decode_attention_kernel<T, C, kHeadDim, kMaxGroup>);
+}
+
+// Checks the buffers and picks the kernel for head_dim.
+template <typename T, typename C>
+void launch_decode(const T* qkv, const int32_t* positions, const int32_t* block_tables, int32_t max_blocks_per_seq,
+                   int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block_size,
+                   int64_t window, const DecodeSplits& splits, C* k_cache, C* v_cache, const float2* k_params,
+                   const float2* v_params, float* partial, int32_t* arrivals, T* out, cudaStream_t stream,
+                   const DecodeRope& rope) {
+  if (num_seqs == 0) return;
+  if (splits.num_splits > 1 && (partial == nullptr || arrivals == nullptr)) {
+    throw Error(ErrorKind::kInternal, "decode attention: several splits need a partial buffer and arrival counters");
+  }
+  if (splits.num_splits > kMaxSplits) {
+    throw Error(ErrorKind::kInternal, "decode attention: at most " + std::to_string(kMaxSplits) + " splits");
+  }
+#define TESSERA_DECODE_CASE(D)                                                                                    \
+  case D:                                                                                                         \
+    launch_split<T, C, D>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads,           \
+                          block_size, window, splits.num_splits, k_cache, v_cache, k_params, v_params, partial,  \
+                          arrivals, out, stream, rope);                                                          \
+    break;
+  switch (head_dim) {
+    TESSERA_DECODE_CASE(8)
+    TESSERA_DECODE_CASE(16)
+    TESSERA_DECODE_CASE(32)
+    TESSERA_DECODE_CASE(64)
+    TESSERA_DECODE_CASE(96)
+    TESSERA_DECODE_CASE(128)
+    TESSERA_DECODE_CASE(256)
+    default:
+      throw Error(ErrorKind::kUnsupported, "CUDA decode attention has no kernel for head_dim " + std::to_string(head_dim),
+                  "supported head dims: 8, 16, 32, 64, 96, 128, 256; use --device cpu for this model");
+  }
+#undef TESSERA_DECODE_CASE
+  TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -439,38 +509,29 @@ void launch_decode_attention(const T* qkv, const int32_t* positions, const int32
                              int64_t head_dim, int64_t block_size, int64_t window, const DecodeSplits& splits,
                              T* k_cache, T* v_cache, float* partial, int32_t* arrivals, T* out, cudaStream_t stream,
                              const DecodeRope& rope) {
-  if (num_seqs == 0) return;
-  if (splits.num_splits > 1 && (partial == nullptr || arrivals == nullptr)) {
-    throw Error(ErrorKind::kInternal, "decode attention: several splits need a partial buffer and arrival counters");
-  }
-  if (splits.num_splits > kMaxSplits) {
-    throw Error(ErrorKind::kInternal, "decode attention: at most " + std::to_string(kMaxSplits) + " splits");
-  }
-#define TESSERA_DECODE_CASE(D)                                                                                    \
-  case D:                                                                                                         \
-    launch_split<T, D>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads, block_size,   \
-                       window, splits.num_splits, k_cache, v_cache, partial, arrivals, out, stream, rope);        \
-    break;
-  switch (head_dim) {
-    TESSERA_DECODE_CASE(8)
-    TESSERA_DECODE_CASE(16)
-    TESSERA_DECODE_CASE(32)
-    TESSERA_DECODE_CASE(64)
-    TESSERA_DECODE_CASE(96)
-    TESSERA_DECODE_CASE(128)
-    TESSERA_DECODE_CASE(256)
-    default:
-      throw Error(ErrorKind::kUnsupported, "CUDA decode attention has no kernel for head_dim " + std::to_string(head_dim),
-                  "supported head dims: 8, 16, 32, 64, 96, 128, 256; use --device cpu for this model");
-  }
-#undef TESSERA_DECODE_CASE
-  TESSERA_CUDA_CHECK_LAUNCH();
+  launch_decode<T, T>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads, head_dim,
+                      block_size, window, splits, k_cache, v_cache, nullptr, nullptr, partial, arrivals, out, stream,
+                      rope);
+}
+
+template <typename T>
+void launch_decode_attention_int8(const T* qkv, const int32_t* positions, const int32_t* block_tables,
+                                  int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads, int64_t kv_heads,
+                                  int64_t head_dim, int64_t block_size, int64_t window, const DecodeSplits& splits,
+                                  const Int8KvLayer& cache, float* partial, int32_t* arrivals, T* out,
+                                  cudaStream_t stream) {
+  launch_decode<T, uint8_t>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads, head_dim,
+                            block_size, window, splits, cache.k_codes, cache.v_codes, cache.k_params,
+                            cache.v_params, partial, arrivals, out, stream, DecodeRope{});
 }
 
 #define INSTANTIATE(T)                                                                                               \
   template void launch_decode_attention<T>(const T*, const int32_t*, const int32_t*, int32_t, int64_t, int64_t,     \
                                            int64_t, int64_t, int64_t, int64_t, const DecodeSplits&, T*, T*, float*,  \
-                                           int32_t*, T*, cudaStream_t, const DecodeRope&);
+                                           int32_t*, T*, cudaStream_t, const DecodeRope&);                           \
+  template void launch_decode_attention_int8<T>(const T*, const int32_t*, const int32_t*, int32_t, int64_t,         \
+                                                int64_t, int64_t, int64_t, int64_t, int64_t, const DecodeSplits&,    \
+                                                const Int8KvLayer&, float*, int32_t*, T*, cudaStream_t);
 TESSERA_FOR_EACH_CUDA_TYPE(INSTANTIATE)
 #undef INSTANTIATE
 

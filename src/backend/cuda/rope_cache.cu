@@ -66,13 +66,13 @@ __global__ void rope_cache_kernel(T* qkv, const int32_t* positions, const int32_
     }
     *reinterpret_cast<L*>(h + i0) = r1;
     *reinterpret_cast<L*>(h + i0 + half) = r2;
-    if (head >= heads) {  // a key head: store the rotated pairs in the cache
+    if (head >= heads && k_cache != nullptr) {  // a key head: store the rotated pairs in the cache
       const int64_t kv = head - heads;
       T* k = k_cache + ((block * kv_heads + kv) * block_size + slot_row) * head_dim;
       *reinterpret_cast<L*>(k + i0) = r1;
       *reinterpret_cast<L*>(k + i0 + half) = r2;
     }
-  } else if (index < pair_lanes + kv_heads * head_dim / V) {  // values go to the cache unrotated
+  } else if (v_cache != nullptr && index < pair_lanes + kv_heads * head_dim / V) {  // values go to the cache unrotated
     const int64_t e = (index - pair_lanes) * V;
     const int64_t kv = e / head_dim, d = e % head_dim;
     *reinterpret_cast<L*>(v_cache + ((block * kv_heads + kv) * block_size + slot_row) * head_dim + d) =
