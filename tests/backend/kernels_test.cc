@@ -98,6 +98,27 @@ std::vector<float> dense_attention(const std::vector<float>& q, const std::vecto
   return out;
 }
 
+// One sequence's `len` new tokens (positions 0 .. len - 1, qkv [len, qkv_size])
+// through `table`: k and v written into `cache` unrotated (angle 0), then
+// paged attention; out [len, heads * hd].
+Tensor write_and_attend(Backend& backend, const std::vector<float>& qkv_values, int64_t len, int64_t heads,
+                        int64_t hd, int64_t block_size, const std::vector<int32_t>& table, int64_t window,
+                        PagedKvLayer& cache) {
+  Tensor qkv = Tensor::from_f32(qkv_values, {len, static_cast<int64_t>(qkv_values.size()) / len});
+  AttentionBatch batch;
+  batch.positions.resize(len);
+  std::iota(batch.positions.begin(), batch.positions.end(), 0);
+  batch.query_start = {0, static_cast<int32_t>(len)};
+  batch.block_tables = table;
+  batch.max_blocks_per_seq = static_cast<int32_t>(table.size());
+  batch.sliding_window = window;
+  std::vector<float> zero_freq(hd / 2, 0.0f);
+  backend.rope_and_cache_write(qkv, heads, zero_freq, 1.0f, batch, cache, block_size);
+  Tensor out = Tensor::empty({len, heads * hd}, DType::kF32);
+  backend.paged_attention(qkv, heads, batch, cache, block_size, out);
+  return out;
+}
+
 void check_paged_attention(int64_t heads, int64_t kv_heads, int64_t hd, int64_t block_size, int64_t len,
                            int64_t window) {
   auto backend = make_cpu_backend();
@@ -111,18 +132,7 @@ void check_paged_attention(int64_t heads, int64_t kv_heads, int64_t hd, int64_t 
                      Tensor::empty({blocks, kv_heads, block_size, hd}, DType::kF32)};
   const int64_t qkv_size = (heads + 2 * kv_heads) * hd;
   auto qkv_values = random_vector(len * qkv_size, 11);
-  Tensor qkv = Tensor::from_f32(qkv_values, {len, qkv_size});
-  AttentionBatch batch;
-  batch.positions.resize(len);
-  std::iota(batch.positions.begin(), batch.positions.end(), 0);
-  batch.query_start = {0, static_cast<int32_t>(len)};
-  batch.block_tables = table;
-  batch.max_blocks_per_seq = static_cast<int32_t>(blocks);
-  batch.sliding_window = window;
-  std::vector<float> zero_freq(hd / 2, 0.0f);  // angle 0: the cache gets k and v unrotated
-  backend->rope_and_cache_write(qkv, heads, zero_freq, 1.0f, batch, cache, block_size);
-  Tensor out = Tensor::empty({len, heads * hd}, DType::kF32);
-  backend->paged_attention(qkv, heads, batch, cache, block_size, out);
+  Tensor out = write_and_attend(*backend, qkv_values, len, heads, hd, block_size, table, window, cache);
 
   std::vector<float> k(len * kv_heads * hd), v(len * kv_heads * hd);
   for (int64_t t = 0; t < len; ++t)
@@ -207,17 +217,7 @@ TEST(CpuKernels, PagedAttentionOverAnInt8CacheMatchesDenseOverItsValues) {
   ASSERT_TRUE(cache.quantized());
   const int64_t qkv_size = (heads + 2 * kv_heads) * hd;
   auto qkv_values = random_vector(len * qkv_size, 12, 2.0f);
-  Tensor qkv = Tensor::from_f32(qkv_values, {len, qkv_size});
-  AttentionBatch batch;
-  batch.positions.resize(len);
-  std::iota(batch.positions.begin(), batch.positions.end(), 0);
-  batch.query_start = {0, static_cast<int32_t>(len)};
-  batch.block_tables = table;
-  batch.max_blocks_per_seq = static_cast<int32_t>(blocks);
-  std::vector<float> zero_freq(hd / 2, 0.0f);  // angle 0: the cache gets k and v unrotated
-  backend->rope_and_cache_write(qkv, heads, zero_freq, 1.0f, batch, cache, block_size);
-  Tensor out = Tensor::empty({len, heads * hd}, DType::kF32);
-  backend->paged_attention(qkv, heads, batch, cache, block_size, out);
+  Tensor out = write_and_attend(*backend, qkv_values, len, heads, hd, block_size, table, 0, cache);
 
   // k and v as given, and as the cache holds them.
   std::vector<float> k(len * kv_heads * hd), v(len * kv_heads * hd), k_held(k.size()), v_held(v.size());

@@ -31,6 +31,14 @@ Bounds bounds_for(DType dtype) {
   }
 }
 
+// A batch of sequences with chunked prefill and decode tokens, shuffled blocks.
+// Steps with only decode tokens take the per-query kernel, others the tiled one.
+struct AttentionCase {
+  int64_t heads, kv_heads, head_dim, block_size, window;
+  std::vector<int32_t> context_lens;  // tokens in cache after the step, per sequence
+  std::vector<int32_t> new_tokens;    // new tokens this step, per sequence
+};
+
 class CudaVsCpu : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
@@ -58,6 +66,12 @@ class CudaVsCpu : public ::testing::TestWithParam<DType> {
     auto c = testing::compare(got.data<float>(), cpu.data<float>(), static_cast<size_t>(cpu.numel()));
     EXPECT_TRUE(c.within(b.max_abs, b.rel_norm)) << what << " (" << dtype_name(dtype_) << "): " << c.describe();
   }
+
+  // The step of `c` (`batch`): the same random qkv on both sides, rotated and
+  // written into each side's cache, the rotations compared. Returns the
+  // rotated qkv, CPU's and GPU's.
+  std::pair<Tensor, Tensor> write_step(const AttentionCase& c, const AttentionBatch& batch, PagedKvLayer& cpu_cache,
+                                       PagedKvLayer& gpu_cache, const std::string& name);
 
   DType dtype_ = DType::kF32;
   std::unique_ptr<Backend> cuda_, cpu_;
@@ -145,13 +159,6 @@ TEST_P(CudaVsCpu, LinearSiluMulAdd) {
   expect_close(gpu_a, cpu_a, "add");
 }
 
-// A batch of sequences with chunked prefill and decode tokens, shuffled blocks.
-// Steps with only decode tokens take the per-query kernel, others the tiled one.
-struct AttentionCase {
-  int64_t heads, kv_heads, head_dim, block_size, window;
-  std::vector<int32_t> context_lens;  // tokens in cache after the step, per sequence
-  std::vector<int32_t> new_tokens;    // new tokens this step, per sequence
-};
 
 const std::vector<AttentionCase>& attention_cases() {
   static const std::vector<AttentionCase> cases = {
@@ -209,24 +216,30 @@ std::string case_name(const AttentionCase& c) {
                      fmt::join(c.context_lens, ","));
 }
 
+std::pair<Tensor, Tensor> CudaVsCpu::write_step(const AttentionCase& c, const AttentionBatch& batch,
+                                                 PagedKvLayer& cpu_cache, PagedKvLayer& gpu_cache,
+                                                 const std::string& name) {
+  const std::vector<float> inv_freq = case_inv_freq(c);
+  Tensor qkv = random({batch.num_tokens(), (c.heads + 2 * c.kv_heads) * c.head_dim}, 14);
+  Tensor cpu_qkv = qkv.to_f32(), gpu_qkv = on_gpu(qkv);
+  cpu_->prepare(batch);
+  cuda_->prepare(batch);
+  cpu_->rope_and_cache_write(cpu_qkv, c.heads, inv_freq, 1.25f, batch, cpu_cache, c.block_size);
+  cuda_->rope_and_cache_write(gpu_qkv, c.heads, inv_freq, 1.25f, batch, gpu_cache, c.block_size);
+  expect_close(gpu_qkv, cpu_qkv, "rope " + name);
+  return {cpu_qkv, gpu_qkv};
+}
+
 TEST_P(CudaVsCpu, RopeCacheWriteAndPagedAttention) {
   for (const AttentionCase& c : attention_cases()) {
     const AttentionBatch batch = case_batch(c);
     const int64_t n = batch.num_tokens(), num_blocks = static_cast<int64_t>(batch.block_tables.size());
-    const int64_t qkv_size = (c.heads + 2 * c.kv_heads) * c.head_dim;
     const Shape cache_shape = {num_blocks, c.kv_heads, c.block_size, c.head_dim};
     // The cache already holds the earlier tokens (random), the step writes the new ones.
     Tensor k_prior = random(cache_shape, 12), v_prior = random(cache_shape, 13);
     PagedKvLayer cpu_cache{k_prior.to_f32(), v_prior.to_f32()}, gpu_cache{on_gpu(k_prior), on_gpu(v_prior)};
-    const std::vector<float> inv_freq = case_inv_freq(c);
-    Tensor qkv = random({n, qkv_size}, 14);
-    Tensor cpu_qkv = qkv.to_f32(), gpu_qkv = on_gpu(qkv);
-    cpu_->prepare(batch);
-    cuda_->prepare(batch);
-    cpu_->rope_and_cache_write(cpu_qkv, c.heads, inv_freq, 1.25f, batch, cpu_cache, c.block_size);
-    cuda_->rope_and_cache_write(gpu_qkv, c.heads, inv_freq, 1.25f, batch, gpu_cache, c.block_size);
     const std::string name = case_name(c);
-    expect_close(gpu_qkv, cpu_qkv, "rope " + name);
+    auto [cpu_qkv, gpu_qkv] = write_step(c, batch, cpu_cache, gpu_cache, name);
     expect_close(gpu_cache.keys, cpu_cache.keys, "k cache " + name);
     expect_close(gpu_cache.values, cpu_cache.values, "v cache " + name);
     Tensor cpu_out = Tensor::empty({n, c.heads * c.head_dim}, DType::kF32), gpu_out = gpu_empty({n, c.heads * c.head_dim});
@@ -270,7 +283,6 @@ TEST_P(CudaVsCpu, RopeInt8CacheWriteAndPagedAttention) {
   for (const AttentionCase& c : cases) {
     const AttentionBatch batch = case_batch(c);
     const int64_t n = batch.num_tokens(), num_blocks = static_cast<int64_t>(batch.block_tables.size());
-    const int64_t qkv_size = (c.heads + 2 * c.kv_heads) * c.head_dim;
     const Shape cache_shape = {num_blocks, c.kv_heads, c.block_size, c.head_dim};
     const Shape params_shape = {num_blocks, c.kv_heads, c.block_size, 2};
     // The earlier tokens: random codes, scales and zeros (values about -1.2 .. 1.3), the same on both sides.
@@ -293,15 +305,8 @@ TEST_P(CudaVsCpu, RopeInt8CacheWriteAndPagedAttention) {
     PagedKvLayer gpu_cache{bytes_on(*cuda_, cpu_cache.keys), bytes_on(*cuda_, cpu_cache.values),
                            bytes_on(*cuda_, cpu_cache.key_params), bytes_on(*cuda_, cpu_cache.value_params)};
     ASSERT_TRUE(cpu_cache.quantized() && gpu_cache.quantized());
-    const std::vector<float> inv_freq = case_inv_freq(c);
-    Tensor qkv = random({n, qkv_size}, 14);
-    Tensor cpu_qkv = qkv.to_f32(), gpu_qkv = on_gpu(qkv);
-    cpu_->prepare(batch);
-    cuda_->prepare(batch);
-    cpu_->rope_and_cache_write(cpu_qkv, c.heads, inv_freq, 1.25f, batch, cpu_cache, c.block_size);
-    cuda_->rope_and_cache_write(gpu_qkv, c.heads, inv_freq, 1.25f, batch, gpu_cache, c.block_size);
     const std::string name = "int8 cache " + case_name(c);
-    expect_close(gpu_qkv, cpu_qkv, "rope " + name);
+    auto [cpu_qkv, gpu_qkv] = write_step(c, batch, cpu_cache, gpu_cache, name);
     for (const auto& [gpu_codes, gpu_params, cpu_codes, cpu_params, what] :
          {std::tuple{&gpu_cache.keys, &gpu_cache.key_params, &cpu_cache.keys, &cpu_cache.key_params, "k"},
           std::tuple{&gpu_cache.values, &gpu_cache.value_params, &cpu_cache.values, &cpu_cache.value_params, "v"}}) {
