@@ -292,6 +292,7 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
     }
   }
   in.block_bytes = engine::kv_block_bytes(spec, s->dtype, a.cache_block_seq_len, kv_format);
+  in.kv_format = kv_format;
   if (s->model && s->model->graphs_enabled()) {
     in.graph_bytes = engine::decode_graph_bytes(spec, s->dtype, max_batch_size, in.block_bytes);
   }

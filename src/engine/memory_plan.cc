@@ -77,8 +77,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   t << fmt::format("  {:<28} {:>14}   {}\n", "workspace (largest step)", gib(in.workspace_bytes),
                    in.workspace_measured ? "measured by a warm-up step" : "estimated from the shapes");
   if (in.graph_bytes > 0) t << fmt::format("  {:<28} {:>14}\n", "decode graphs", gib(in.graph_bytes));
-  t << fmt::format("  {:<28} {:>14}   {} blocks x {} tokens, {} per block\n", "KV cache", gib(plan.kv_bytes),
-                   plan.num_blocks, in.block_size, gib(in.block_bytes));
+  t << fmt::format("  {:<28} {:>14}   {} blocks x {} tokens, {} per block\n",
+                   in.kv_format == backend::KvCacheFormat::kInt8 ? "KV cache (int8)" : "KV cache",
+                   gib(plan.kv_bytes), plan.num_blocks, in.block_size, gib(in.block_bytes));
   t << fmt::format("  {:<28} {:>14}\n", "tokens that fit", plan.tokens_that_fit);
   t << fmt::format("  {:<28} {:>14}{}\n", "session length", plan.session_len,
                    plan.session_len_truncated ? "   (truncated)" : "");

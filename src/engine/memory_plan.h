@@ -28,6 +28,7 @@ struct MemoryPlanInput {
   bool workspace_measured = false;     // by a warm-up forward (warmup.h), else estimated from the shapes
   size_t graph_bytes = 0;              // decode graphs' own memory (decode_graph_bytes), 0 without them
   size_t block_bytes = 0;              // one KV block: keys and values of every layer
+  backend::KvCacheFormat kv_format = backend::KvCacheFormat::kCompute;  // named in the table
   int64_t block_size = 64;             // tokens per block (--cache-block-seq-len)
   double cache_max_entry_count = 0.8;  // --cache-max-entry-count
   int64_t session_len = 0;             // requested (--session-len)

@@ -146,7 +146,7 @@ def test_rope_scaling_factor_takes_effect_past_the_trained_context(tessera_bin, 
 
 
 def kv_blocks(log):
-    match = re.search(r"KV cache +\S+ GiB +(\d+) blocks x", log)
+    match = re.search(r"KV cache(?: \(int8\))? +\S+ GiB +(\d+) blocks x", log)
     assert match, log
     return int(match.group(1))
 
@@ -167,6 +167,7 @@ def test_quant_policy_8_serves_from_an_int8_kv_cache_with_more_blocks(tessera_bi
             assert server.stop() == 0
         blocks[name] = kv_blocks(log)
         assert ("--quant-policy 8: the KV cache holds 8-bit codes" in log) == bool(extra)
+        assert ("KV cache (int8)" in log) == bool(extra)  # the memory plan's table says which
     assert 2.5 < blocks["int8"] / blocks["plain"] < 4.0, blocks
 
 
