@@ -321,7 +321,7 @@ class CudaBackend final : public Backend {
   }
 
   // Steps of decode tokens only rotate inside the split-K kernel (one kernel
-  // fewer a layer); others run the two ops.
+  // fewer a layer); others, and every step over an 8-bit cache, run the two ops.
   void rope_attention(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq, float attention_scaling,
                       const AttentionBatch& batch, PagedKvLayer& cache, int64_t block_size, Tensor& out) override {
     expect_prepared(batch);
@@ -646,7 +646,8 @@ class CudaBackend final : public Backend {
   }
 
   // Over an 8-bit cache: decode steps by the split-K kernel (whatever
-  // TESSERA_DECODE_ATTENTION says), the rest by the scalar tiled kernel.
+  // TESSERA_DECODE_ATTENTION says), the rest by the tiled kernels (tensor
+  // cores where the dtype, head_dim and image allow, else the scalar one).
   void int8_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                       int64_t block_size, Tensor& out) {
     if (max_new_tokens_ < kTiledFrom && batch.num_tokens() == batch.num_seqs()) {
