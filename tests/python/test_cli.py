@@ -141,6 +141,17 @@ def test_unknown_flag_and_bad_value_are_usage_errors(tessera_bin, demo_dir):
     assert result.returncode != 0 and "LOUD" in result.stderr
 
 
+def test_bench_ops_and_engine_time_an_int8_kv_cache_on_the_cpu(tessera_bin):
+    # --quant-policy 8 reaches the caches these benchmarks allocate: the ops
+    # table names its attention rows, the engine line its cache.
+    ops = run(tessera_bin, "bench", "ops", "--random", "100m", "--device", "cpu", "--contexts", "64", "--repeats",
+              "1", "--skip-forward", "--quant-policy", "8")
+    assert "decode attention 64 int8" in ops.stdout, ops.stdout
+    engine = run(tessera_bin, "bench", "engine", "--random", "100m", "--device", "cpu", "--batch", "2",
+                 "--prompt-tokens", "8", "--new-tokens", "4", "--skip-single", "--quant-policy", "8")
+    assert "KV cache in int8" in engine.stdout and "output tokens/s" in engine.stdout, engine.stdout
+
+
 def test_bench_attention_prints_its_table_on_the_cpu(tessera_bin):
     result = run(tessera_bin, "bench", "attention", "--device", "cpu", "--tokens", "16,33", "--heads", "4",
                  "--kv-heads", "2", "--head-dim", "64", "--repeats", "1")
