@@ -93,11 +93,13 @@ GreedyRun greedy_run(engine::TpExecutor& executor, const std::vector<int32_t>& p
 }
 
 std::unique_ptr<engine::TpExecutor> make_executor(const model::HostModel& model, int tp, int64_t num_blocks,
-                                                  int64_t block_size) {
+                                                  int64_t block_size,
+                                                  backend::KvCacheFormat format = backend::KvCacheFormat::kCompute) {
   engine::TpExecutorConfig config;
   config.tp = tp;
   config.num_blocks = num_blocks;
   config.block_size = block_size;
+  config.kv_cache_format = format;
   config.comm_timeout = std::chrono::seconds(60);
   return std::make_unique<engine::TpExecutor>(model, config);
 }
@@ -147,6 +149,38 @@ TEST_P(engineTpGolden, EveryTpGivesTheTokensAndLogitsOfTp1) {
     }
   }
   EXPECT_GE(tested, 1) << dir.filename() << ": no tp > 1 splits this model";
+}
+
+// --quant-policy 8 reaches every rank: over 8-bit caches the ranks give the
+// logits of one rank over its 8-bit cache (within a code step's worth: a k
+// an ulp apart may round to the next code), and not those of 16-bit caches.
+TEST_P(engineTpGolden, EveryTpOverInt8CachesGivesTheLogitsOfTp1) {
+  const std::filesystem::path dir = GetParam();
+  nlohmann::json expected = nlohmann::json::parse(std::ifstream(dir / "expected.json"));
+  const auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
+  const model::HostModel model = model::read_host_model(dir);
+  const int64_t block_size = 4, new_tokens = 6;
+  const int64_t num_blocks = (static_cast<int64_t>(prompt.size()) + new_tokens + block_size - 1) / block_size;
+  const bool full_recompute = expected.value("greedy_full_recompute", false);
+  auto run_at = [&](int tp, backend::KvCacheFormat format) {
+    auto executor = make_executor(model, tp, num_blocks, block_size, format);
+    return greedy_run(*executor, prompt, new_tokens, num_blocks, full_recompute);
+  };
+  const GreedyRun reference = run_at(1, backend::KvCacheFormat::kInt8);
+  for (int tp : {2, 4}) {
+    if (!tp_splits(model.spec, tp)) continue;
+    const std::string what = dir.filename().string() + " tp " + std::to_string(tp) + " int8";
+    const GreedyRun int8 = run_at(tp, backend::KvCacheFormat::kInt8);
+    const GreedyRun plain = run_at(tp, backend::KvCacheFormat::kCompute);
+    double int8_gap = 0.0, plain_gap = 0.0;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const auto& want = reference.logits[i];
+      int8_gap = std::max(int8_gap, testing::compare(int8.logits[i].data(), want.data(), want.size()).max_abs);
+      plain_gap = std::max(plain_gap, testing::compare(plain.logits[i].data(), want.data(), want.size()).max_abs);
+    }
+    EXPECT_LE(int8_gap, 1e-2) << what;
+    EXPECT_GT(plain_gap, 5 * int8_gap + 1e-3) << what << ": 16-bit caches give the same logits";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, engineTpGolden, ::testing::ValuesIn(golden_cases()),
