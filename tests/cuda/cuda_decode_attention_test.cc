@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "../attention_batch.h"
 #include "../compare.h"
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
@@ -64,20 +65,11 @@ class CudaDecodeAttention : public ::testing::TestWithParam<DType> {
 
   Setup make(const Case& c, uint32_t seed) {
     Setup s;
-    AttentionBatch& b = s.batch;
-    b.sliding_window = c.window;
     const int64_t seqs = static_cast<int64_t>(c.context_lens.size());
-    int32_t max_blocks = 1;
-    for (int32_t len : c.context_lens) max_blocks = std::max<int32_t>(max_blocks, (len + c.block_size - 1) / c.block_size);
-    b.max_blocks_per_seq = max_blocks;
-    b.block_tables.resize(seqs * max_blocks);
-    std::iota(b.block_tables.begin(), b.block_tables.end(), 0);
-    std::shuffle(b.block_tables.begin(), b.block_tables.end(), std::mt19937(seed));
-    b.query_start = {0};
-    for (int64_t q = 0; q < seqs; ++q) {
-      b.positions.push_back(c.context_lens[q] - 1);
-      b.query_start.push_back(static_cast<int32_t>(q + 1));
-    }
+    s.batch = testing::shuffled_attention_batch(c.context_lens, std::vector<int32_t>(seqs, 1), c.block_size, c.window,
+                                                seed);
+    AttentionBatch& b = s.batch;
+    const int64_t max_blocks = b.max_blocks_per_seq;
     const Shape cache_shape = {seqs * max_blocks, c.kv_heads, c.block_size, c.head_dim};
     s.keys = random(cache_shape, seed + 1);
     s.values = random(cache_shape, seed + 2);

@@ -12,6 +12,7 @@
 #include <random>
 #include <tuple>
 
+#include "../attention_batch.h"
 #include "../compare.h"
 #include "backend/backend.h"
 #include "core/error.h"
@@ -183,24 +184,9 @@ const std::vector<AttentionCase>& attention_cases() {
   return cases;
 }
 
-// The step of case `c`: each sequence's new tokens end its context; its
-// blocks are a shuffled range of [0, seqs * max_blocks).
+// The step of case `c`: each sequence's new tokens end its context.
 AttentionBatch case_batch(const AttentionCase& c) {
-  AttentionBatch batch;
-  batch.sliding_window = c.window;
-  const int64_t seqs = static_cast<int64_t>(c.context_lens.size());
-  int32_t max_blocks = 0;
-  for (int32_t len : c.context_lens) max_blocks = std::max<int32_t>(max_blocks, (len + c.block_size - 1) / c.block_size);
-  batch.max_blocks_per_seq = max_blocks;
-  batch.block_tables.resize(seqs * max_blocks);
-  std::iota(batch.block_tables.begin(), batch.block_tables.end(), 0);
-  std::shuffle(batch.block_tables.begin(), batch.block_tables.end(), std::mt19937(3));
-  batch.query_start = {0};
-  for (int64_t s = 0; s < seqs; ++s) {
-    for (int32_t p = c.context_lens[s] - c.new_tokens[s]; p < c.context_lens[s]; ++p) batch.positions.push_back(p);
-    batch.query_start.push_back(static_cast<int32_t>(batch.positions.size()));
-  }
-  return batch;
+  return testing::shuffled_attention_batch(c.context_lens, c.new_tokens, c.block_size, c.window, 3);
 }
 
 // Different frequencies for each sequence, as dynamic NTK gives.
