@@ -35,6 +35,13 @@ __device__ __forceinline__ void cp_async_16_hint(uint32_t dst, const void* src, 
 #endif
 }
 
+// 8 bytes global -> shared (through L1; 8-byte copies have no L2-only form).
+__device__ __forceinline__ void cp_async_8(uint32_t dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src));
+#endif
+}
+
 // 4 bytes global -> shared (through L1: small values several threads read).
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

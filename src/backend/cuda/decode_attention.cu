@@ -17,6 +17,12 @@
 //     32 / kLanes positions per step, four warps interleave, each row group
 //     keeps an online softmax (max, sum, weighted V) per query head; the
 //     loads of four steps are issued together;
+//   - from sm_80 those loads go through a ring of two passes in shared
+//     memory (cp.async): a warp issues the next pass's loads before it works
+//     on this one's rows, so its loads stay in flight while it computes.
+//     Waiting for each pass in registers, 64 sequences read K/V at under 40 %
+//     of the copy rate; through the ring, at 70 % (docs/BENCHMARKS.md).
+//     TESSERA_DECODE_RING=0 keeps the register path (the one below sm_80);
 //   - the row groups' states merge through shared memory; a sequence of one
 //     piece has its output written by that block, otherwise each piece writes
 //     its normalised output and log-sum-exp (f32), counts itself in
@@ -41,8 +47,11 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
@@ -57,6 +66,14 @@ constexpr int kDecodeWarps = 4;
 constexpr int kMaxGroup = 8;   // query heads per thread block
 constexpr int kMinSplit = 32;  // positions a piece takes at least
 constexpr int kMaxSplits = 128;
+constexpr int kStages = 2;  // passes of K/V rows a thread has in flight or in use (the ring)
+
+// cp.async is sm_80's: older images take the register path.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr bool kHasCpAsync = false;
+#else
+constexpr bool kHasCpAsync = true;
+#endif
 
 constexpr int pow2_ceil(int v) {
   int p = 1;
@@ -114,7 +131,11 @@ __device__ __forceinline__ int32_t piece_length(int32_t length, int num_splits) 
 // group of 4 (InternLM2.5-7B) it takes 137 (three).
 // C: the cache's element type, T or uint8_t (then k_params/v_params hold
 // each row's (scale, zero) and inv_freq is null).
-template <typename T, typename C, int kHeadDim, int kGroup>
+// kRing: each thread's K/V loads go through a ring of kStages passes in
+// shared memory (cp.async), the next pass's issued before this one's dot
+// products, so a warp's loads stay in flight while it computes; without it
+// (or below sm_80) they go to registers and a warp waits for each pass.
+template <typename T, typename C, int kHeadDim, int kGroup, bool kRing>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions,
                             const int32_t* __restrict__ block_tables, int32_t max_blocks_per_seq, int heads,
@@ -148,8 +169,65 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // first dot product, so a split of a short context waits for memory once,
   // not once per row step (at batch 1 the loads' latency is the kernel's time).
   constexpr int kStep = kDecodeWarps * L::kRowsPerWarp, kUnroll = L::kLoads == 1 ? 4 : 2;
+  constexpr int kThreads = kDecodeWarps * 32;
+  constexpr bool kUseRing = kRing && kHasCpAsync;
   Load kr[kUnroll][L::kLoads], vr[kUnroll][L::kLoads];
   float2 kp[kUnroll], vp[kUnroll];  // 8-bit caches: each row's (scale, zero)
+
+  // The ring ([stage][row step][k, v][load][thread] loads, then 8-bit rows'
+  // [stage][row step][k, v][thread] params) shares its bytes with the row
+  // groups' merge (acc_shared), which begins after the last pass.
+  constexpr size_t kRingLoadBytes = size_t(kStages) * kUnroll * 2 * L::kLoads * kThreads * sizeof(Load);
+  constexpr size_t kRingBytes =
+      kUseRing ? kRingLoadBytes + (L::kCodes ? size_t(kStages) * kUnroll * 2 * kThreads * sizeof(float2) : 0) : 0;
+  constexpr size_t kAccBytes = sizeof(float) * L::kRowGroups * kGroup * kHeadDim;
+  __shared__ __align__(16) unsigned char scratch[kRingBytes > kAccBytes ? kRingBytes : kAccBytes];
+  auto& acc_shared = *reinterpret_cast<float(*)[L::kRowGroups][kGroup][kHeadDim]>(scratch);
+  // Each thread reads back only the slots it filled itself: no barrier between passes.
+  auto ring_load = [&](int stage, int u, int kv_index, int j) {
+    return reinterpret_cast<Load*>(scratch) + (((stage * kUnroll + u) * 2 + kv_index) * L::kLoads + j) * kThreads +
+           threadIdx.x;
+  };
+  auto ring_params = [&](int stage, int u, int kv_index) -> float2* {
+    if constexpr (L::kCodes && kUseRing) {
+      return reinterpret_cast<float2*>(scratch + kRingLoadBytes) + ((stage * kUnroll + u) * 2 + kv_index) * kThreads +
+             threadIdx.x;
+    } else {
+      return nullptr;
+    }
+  };
+  auto copy_async = [](void* dst, const void* src) {
+    if constexpr (sizeof(Load) == 16) {
+      cp_async_16(shared_address(dst), src, 16);
+    } else {
+      cp_async_8(shared_address(dst), src);
+    }
+  };
+  // Row u of pass `pass` into the ring's stage, all but position `skip` and
+  // those past `end` (their slots keep stale values their rows never use);
+  // one commit group per pass, empty or not.
+  auto issue_pass = [&](int stage, int32_t pass, int32_t skip) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t p = pass + u * kStep + row_in_warp;
+      if (p < end && p != skip) {
+        const int64_t row = (int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size;
+        if constexpr (L::kCodes) {
+          cp_async_8(shared_address(ring_params(stage, u, 0)), k_params + row);
+          cp_async_8(shared_address(ring_params(stage, u, 1)), v_params + row);
+        }
+#pragma unroll
+        for (int j = 0; j < L::kLoads; ++j) {
+          const int chunk = j * L::kLanes + li;
+          if (chunk < L::kChunks) {
+            copy_async(ring_load(stage, u, 0, j), k_cache + row * kHeadDim + chunk * L::kVec);
+            copy_async(ring_load(stage, u, 1, j), v_cache + row * kHeadDim + chunk * L::kVec);
+          }
+        }
+      }
+    }
+    cp_async_commit();
+  };
   // Row u of a pass: its K/V loads (and 8-bit rows' params) from cache row `row`.
   auto load_row = [&](int u, int64_t row) {
     if constexpr (L::kCodes) {
@@ -183,7 +261,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // previous kernel began (launch.cuh), so their latency hides behind it.
   // The new token's row is written by that kernel (RoPE) or by this one.
   const int32_t first_pass = begin + warp * L::kRowsPerWarp;
-  load_pass(first_pass, last);
+  if constexpr (kUseRing) {
+    issue_pass(0, first_pass, last);
+  } else {
+    load_pass(first_pass, last);
+  }
   // The rotation's angle depends on the position and inv_freq (a host upload)
   // only, so it is taken before the wait too: where the block's threads are a
   // multiple of head_dim / 2, each thread only ever rotates element pairs at
@@ -206,7 +288,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 
   __shared__ float q_shared[kGroup][kHeadDim];
   __shared__ float m_shared[L::kRowGroups][kGroup], l_shared[L::kRowGroups][kGroup];
-  __shared__ float acc_shared[L::kRowGroups][kGroup][kHeadDim];
   // The new token's rotated k and its v, as the cache holds them: the row
   // group that takes its position reads them here rather than back from the
   // cache it was just written to (a round trip through L2 on the critical path).
@@ -270,6 +351,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
           }
         }
       }
+      if constexpr (kUseRing) {  // into the ring slot the first pass skipped
+        if constexpr (L::kCodes) {
+          *ring_params(0, u, 0) = kp[u];
+          *ring_params(0, u, 1) = vp[u];
+        }
+#pragma unroll
+        for (int j = 0; j < L::kLoads; ++j) {
+          *ring_load(0, u, 0, j) = kr[u][j];
+          *ring_load(0, u, 1, j) = vr[u][j];
+        }
+      }
     }
   }
 
@@ -291,8 +383,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 
   // The loop bounds are the warp's, so every lane reaches the shuffles; rows
   // past `end` only skip updates.
-  for (int32_t pass = first_pass; pass < end; pass += kUnroll * kStep) {
-    if (pass != first_pass) load_pass(pass, -1);
+  int stage = 0;
+  for (int32_t pass = first_pass; pass < end; pass += kUnroll * kStep, stage ^= 1) {
+    if constexpr (kUseRing) {
+      // The stage refilled is the one the last pass read (into registers,
+      // before this point: the fence keeps the compiler from sinking those
+      // reads past the copies); then this pass's copies are waited for.
+      asm volatile("" ::: "memory");
+      issue_pass(stage ^ 1, pass + kUnroll * kStep, -1);
+      cp_async_wait<1>();
+      asm volatile("" ::: "memory");
+    } else if (pass != first_pass) {
+      load_pass(pass, -1);
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (pass + u * kStep >= end) break;  // the same for the whole warp
@@ -300,8 +403,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       float k[L::kPerLane], v[L::kPerLane];
 #pragma unroll
       for (int j = 0; j < L::kLoads; ++j) {
-        cache_floats(kr[u][j], k + j * L::kVec, kp[u], C{});
-        cache_floats(vr[u][j], v + j * L::kVec, vp[u], C{});
+        if constexpr (kUseRing) {
+          // Lanes past a row's loads (head_dim 96) never fill their slots: zeros,
+          // as the register path holds, so 0 · q stays 0 in the dot product.
+          const bool filled = j * L::kLanes + li < L::kChunks;
+          const float2 no_params = make_float2(0.0f, 0.0f);
+          cache_floats(filled ? *ring_load(stage, u, 0, j) : Load{}, k + j * L::kVec,
+                       L::kCodes && filled ? *ring_params(stage, u, 0) : no_params, C{});
+          cache_floats(filled ? *ring_load(stage, u, 1, j) : Load{}, v + j * L::kVec,
+                       L::kCodes && filled ? *ring_params(stage, u, 1) : no_params, C{});
+        } else {
+          cache_floats(kr[u][j], k + j * L::kVec, kp[u], C{});
+          cache_floats(vr[u][j], v + j * L::kVec, vp[u], C{});
+        }
       }
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
@@ -323,6 +437,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     }
   }
 
+  if constexpr (kUseRing) {
+    cp_async_wait<0>();  // the last pass's group (past the end: empty)
+    __syncthreads();     // every warp is done with the ring acc_shared reuses
+  }
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
     if (g >= count) break;
@@ -378,7 +496,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // batch of pieces' log-sum-exps and values together: one round trip to L2
   // per batch (most steps need one), where reading the log-sum-exps first
   // and the values after a barrier took two.
-  constexpr int kThreads = kDecodeWarps * 32;
   constexpr int kElems = (kGroup * kHeadDim + kThreads - 1) / kThreads;
   constexpr int kBatch = 8;
   float run_max[kElems], total[kElems], value[kElems];
@@ -425,6 +542,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
 }
 
+// Unless TESSERA_DECODE_RING=0: K/V through the shared-memory ring.
+bool decode_ring() {
+  static const bool on = [] {
+    const char* setting = std::getenv("TESSERA_DECODE_RING");
+    return !(setting && std::string(setting) == "0");
+  }();
+  return on;
+}
+
 template <typename T, typename C, int kHeadDim>
 void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_tables, int32_t max_blocks_per_seq,
                   int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t block_size, int64_t window,
@@ -440,10 +566,15 @@ void launch_split(const T* qkv, const int32_t* positions, const int32_t* block_t
                  static_cast<int>(window), k_cache, v_cache, k_params, v_params, partial, arrivals, out,
                  rope.inv_freq, rope.scaling, early_successor_launch() && programmatic_launch_enabled());
   };
-  if (group == 1) return launch(decode_attention_kernel<T, C, kHeadDim, 1>);
-  if (group == 2) return launch(decode_attention_kernel<T, C, kHeadDim, 2>);
-  if (group <= 4) return launch(decode_attention_kernel<T, C, kHeadDim, 4>);
-  launch(decode_attention_kernel<T, C, kHeadDim, kMaxGroup>);
+  auto for_group = [&](auto ring) {
+    constexpr bool kRing = decltype(ring)::value;
+    if (group == 1) return launch(decode_attention_kernel<T, C, kHeadDim, 1, kRing>);
+    if (group == 2) return launch(decode_attention_kernel<T, C, kHeadDim, 2, kRing>);
+    if (group <= 4) return launch(decode_attention_kernel<T, C, kHeadDim, 4, kRing>);
+    launch(decode_attention_kernel<T, C, kHeadDim, kMaxGroup, kRing>);
+  };
+  if (decode_ring()) return for_group(std::true_type{});
+  for_group(std::false_type{});
 }
 
 // Checks the buffers and picks the kernel for head_dim.
@@ -489,7 +620,9 @@ DecodeSplits plan_decode_splits(int64_t num_seqs, int64_t heads, int64_t kv_head
   constexpr int64_t kMinTokensPerSplit = kMinSplit;
   const int64_t group = heads / kv_heads;
   const int64_t blocks = num_seqs * kv_heads * ((group + kMaxGroup - 1) / kMaxGroup);
-  const int64_t wanted = (2 * multiprocessors + blocks - 1) / blocks;  // two blocks per SM
+  // Two blocks per SM: with K/V through the ring, four or eight (smaller
+  // pieces, more of them) were no faster at 64 sequences (docs/BENCHMARKS.md).
+  const int64_t wanted = (2 * multiprocessors + blocks - 1) / blocks;
   const int64_t most = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, (max_context + kMinTokensPerSplit - 1) / kMinTokensPerSplit));
   const int64_t splits = std::clamp<int64_t>(wanted, 1, most);
   DecodeSplits plan;
