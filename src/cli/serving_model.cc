@@ -14,6 +14,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/tp_executor.h"
 #include "engine/warmup.h"
+#include "model/arch/architecture.h"
 #include "model/loader/hf_config.h"
 #include "model/loader/quantized_linear.h"
 #include "model/shard.h"
@@ -191,7 +192,8 @@ std::shared_ptr<comm::Rendezvous> join_nodes(const EngineArgs& a, const ServingM
 void check_weights_fit_on_gpus(const std::string& model_dir, DType dtype, int tp, Device device,
                                const comm::CommPlan* plan) {
   if (device.is_cpu()) return;
-  const model::ModelSpec spec = model::read_model_spec(model_dir);
+  model::ModelSpec spec = model::read_model_spec(model_dir);
+  model::apply_architecture(spec, model::find_architecture(spec.architecture));  // its biases and head norms
   const size_t share = engine::weight_bytes(spec, dtype, true) / static_cast<size_t>(tp);
   // Ranks sharing one GPU (same-device) share its memory.
   std::map<int, size_t> need;  // device -> the bytes its ranks' shares take

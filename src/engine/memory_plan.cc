@@ -91,7 +91,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
 
 size_t weight_bytes(const model::ModelSpec& s, DType dtype, bool packed) {
   const int64_t linear = s.linear_params_per_layer();
-  int64_t unpacked = 2 * s.hidden_size + (s.qkv_bias ? s.qkv_size() : 0);  // norms and biases, per layer
+  // Norms and biases, per layer.
+  const int64_t unpacked = 2 * s.hidden_size + (s.qkv_bias ? s.qkv_size() : 0) + (s.head_norms ? 2 * s.head_dim : 0);
   int64_t total = s.num_layers * unpacked + s.vocab_size * s.hidden_size + s.hidden_size;
   if (!s.tie_word_embeddings) total += s.vocab_size * s.hidden_size;
   const bool four_bit = packed && s.quantization.kept_four_bit() && s.quantization.group_size > 0;

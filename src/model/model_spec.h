@@ -92,7 +92,8 @@ struct ModelSpec {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   std::optional<int64_t> sliding_window;  // Mistral/Qwen2: keys older than this are not attended
-  bool qkv_bias = false;
+  bool qkv_bias = false;    // from the architecture (apply_architecture)
+  bool head_norms = false;  // from the architecture: Qwen3's q_norm and k_norm a layer, head_dim each
   bool tie_word_embeddings = false;
   std::vector<int32_t> bos_token_ids;
   std::vector<int32_t> eos_token_ids;

@@ -373,7 +373,7 @@ HostModel read_host_model(const std::filesystem::path& model_dir, const SpecOver
   HostModel model;
   model.spec = read_model_spec(model_dir, overrides);
   model.architecture = &find_architecture(model.spec.architecture);
-  model.spec.qkv_bias = model.architecture->qkv_bias;
+  apply_architecture(model.spec, *model.architecture);
   model.checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(model_dir));
   return model;
 }
@@ -396,7 +396,7 @@ std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& model
   auto start = std::chrono::steady_clock::now();
   ModelSpec spec = read_model_spec(model_dir, overrides);
   const Architecture& arch = find_architecture(spec.architecture);
-  spec.qkv_bias = arch.qkv_bias;
+  apply_architecture(spec, arch);
   backend.check_supported({spec.head_dim, spec.num_heads, spec.num_kv_heads});  // before reading any weight
   Checkpoint checkpoint = Checkpoint::open(model_dir);
   ModelWeights weights = load_weights(spec, arch, checkpoint, backend);

@@ -180,6 +180,13 @@ TEST(engineMemoryPlan, SizesFromTheModelShape) {
   EXPECT_EQ(weight_bytes(s, DType::kF32), 1352u * 4);
   s.tie_word_embeddings = true;
   EXPECT_EQ(weight_bytes(s, DType::kF32), 1272u * 4);
+  // Qwen2's q/k/v biases (16 a layer) and Qwen3's head norms (2 * head_dim a layer).
+  s.qkv_bias = true;
+  EXPECT_EQ(weight_bytes(s, DType::kF32), (1272u + 2 * 16) * 4);
+  s.qkv_bias = false;
+  s.head_norms = true;
+  EXPECT_EQ(weight_bytes(s, DType::kF32), (1272u + 2 * 8) * 4);
+  s.head_norms = false;
   // An AWQ checkpoint in groups of 4 inputs: packed on a GPU, its 576 linear
   // weights a layer take half a byte each and 4 bytes per group and output
   // (576 / 4 = 144 of them); the rest stays 16-bit: 1272 - 2 * 576 = 120.

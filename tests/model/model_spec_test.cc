@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "model/arch/architecture.h"
 #include "model/convert/demo_model.h"
 #include "model/convert/safetensors_writer.h"
 #include "model/loader/checkpoint.h"
@@ -113,6 +115,19 @@ TEST(ModelSpec, RefusesLinearBiasesTheArchitecturesDoNotLoad) {
     c[flag] = true;
     expect_error([&] { parse_model_spec(c, "dir/config.json"); }, ErrorKind::kUnsupported,
                  {"dir/config.json", std::string(flag) + " is true", "LlamaForCausalLM", "not supported"});
+  }
+}
+
+// What config.json does not say comes from the architecture: the memory
+// plan counts Qwen2's q/k/v biases and Qwen3's head norms from it.
+TEST(ModelSpec, TheArchitectureStatesItsBiasesAndHeadNorms) {
+  for (const auto& [name, bias, norms] : {std::tuple{"LlamaForCausalLM", false, false},
+                                          std::tuple{"Qwen2ForCausalLM", true, false},
+                                          std::tuple{"Qwen3ForCausalLM", false, true}}) {
+    ModelSpec spec;
+    apply_architecture(spec, find_architecture(name));
+    EXPECT_EQ(spec.qkv_bias, bias) << name;
+    EXPECT_EQ(spec.head_norms, norms) << name;
   }
 }
 

@@ -54,7 +54,11 @@ struct Architecture {
   std::string name;                     // config.json "architectures"[0]
   std::vector<WeightSource> sources;
   bool qkv_bias = false;                // the attention projection has q/k/v biases
+  bool head_norms = false;              // q and k heads have an RMSNorm each before RoPE (Qwen3)
 };
+
+// The architecture's traits config.json does not state, into `spec`.
+void apply_architecture(ModelSpec& spec, const Architecture& arch);
 
 // The architecture named by spec.architecture. Throws Error(kUnsupported)
 // listing the supported names when there is none.

@@ -10,7 +10,7 @@ Architecture qwen3_architecture() {
   std::vector<WeightSource> sources = llama_family_sources(false);
   sources.push_back({"model.layers.{L}.self_attn.q_norm.weight", "layers.{L}.q_norm"});
   sources.push_back({"model.layers.{L}.self_attn.k_norm.weight", "layers.{L}.k_norm"});
-  return {"Qwen3ForCausalLM", std::move(sources), false};
+  return {"Qwen3ForCausalLM", std::move(sources), false, true};
 }
 
 }  // namespace tessera::model

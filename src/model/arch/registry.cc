@@ -22,6 +22,11 @@ std::vector<std::string> supported_architectures() {
   return names;
 }
 
+void apply_architecture(ModelSpec& spec, const Architecture& arch) {
+  spec.qkv_bias = arch.qkv_bias;
+  spec.head_norms = arch.head_norms;
+}
+
 const Architecture& find_architecture(const std::string& name) {
   for (const Architecture& arch : registry()) {
     if (arch.name == name) return arch;
