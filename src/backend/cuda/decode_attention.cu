@@ -102,10 +102,17 @@ template <typename C>
 __device__ __forceinline__ void cache_floats(const uint4& v, float* f, float2, C tag) {
   to_floats(v, f, tag);
 }
+// A code becomes a float as the low byte of 2^23's mantissa, less 2^23 (exact):
+// a byte permute and an add, where a conversion instruction runs at a quarter
+// of their rate and the 8-bit kernel is bound by its per-row work.
 __device__ __forceinline__ void cache_floats(const uint2& v, float* f, float2 params, uint8_t) {
-  const uint8_t* codes = reinterpret_cast<const uint8_t*>(&v);
+  constexpr uint32_t kTwo23 = 0x4B000000u;  // 2^23 as a float's bits
 #pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = fmaf(static_cast<float>(codes[i]), params.x, params.y);
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t word = i < 4 ? v.x : v.y;
+    const float code = __uint_as_float(__byte_perm(word, kTwo23, 0x7440u | (i % 4))) - 8388608.0f;
+    f[i] = fmaf(code, params.x, params.y);
+  }
 }
 
 // The key range of sequence `seq`'s new token: [first, last].
@@ -175,11 +182,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   float2 kp[kUnroll], vp[kUnroll];  // 8-bit caches: each row's (scale, zero)
 
   // The ring ([stage][row step][k, v][load][thread] loads, then 8-bit rows'
-  // [stage][row step][k, v][thread] params) shares its bytes with the row
-  // groups' merge (acc_shared), which begins after the last pass.
+  // [stage][row step][k, v][row group] params, copied by the row's first
+  // lane) shares its bytes with the row groups' merge (acc_shared), which
+  // begins after the last pass.
   constexpr size_t kRingLoadBytes = size_t(kStages) * kUnroll * 2 * L::kLoads * kThreads * sizeof(Load);
   constexpr size_t kRingBytes =
-      kUseRing ? kRingLoadBytes + (L::kCodes ? size_t(kStages) * kUnroll * 2 * kThreads * sizeof(float2) : 0) : 0;
+      kUseRing ? kRingLoadBytes + (L::kCodes ? size_t(kStages) * kUnroll * 2 * L::kRowGroups * sizeof(float2) : 0)
+               : 0;
   constexpr size_t kAccBytes = sizeof(float) * L::kRowGroups * kGroup * kHeadDim;
   __shared__ __align__(16) unsigned char scratch[kRingBytes > kAccBytes ? kRingBytes : kAccBytes];
   auto& acc_shared = *reinterpret_cast<float(*)[L::kRowGroups][kGroup][kHeadDim]>(scratch);
@@ -190,8 +199,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   };
   auto ring_params = [&](int stage, int u, int kv_index) -> float2* {
     if constexpr (L::kCodes && kUseRing) {
-      return reinterpret_cast<float2*>(scratch + kRingLoadBytes) + ((stage * kUnroll + u) * 2 + kv_index) * kThreads +
-             threadIdx.x;
+      return reinterpret_cast<float2*>(scratch + kRingLoadBytes) +
+             ((stage * kUnroll + u) * 2 + kv_index) * L::kRowGroups + row_group;
     } else {
       return nullptr;
     }
@@ -212,7 +221,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       const int32_t p = pass + u * kStep + row_in_warp;
       if (p < end && p != skip) {
         const int64_t row = (int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size;
-        if constexpr (L::kCodes) {
+        if (L::kCodes && li == 0) {
           cp_async_8(shared_address(ring_params(stage, u, 0)), k_params + row);
           cp_async_8(shared_address(ring_params(stage, u, 1)), v_params + row);
         }
@@ -352,7 +361,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         }
       }
       if constexpr (kUseRing) {  // into the ring slot the first pass skipped
-        if constexpr (L::kCodes) {
+        if (L::kCodes && li == 0) {
           *ring_params(0, u, 0) = kp[u];
           *ring_params(0, u, 1) = vp[u];
         }
@@ -389,9 +398,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       // The stage refilled is the one the last pass read (into registers,
       // before this point: the fence keeps the compiler from sinking those
       // reads past the copies); then this pass's copies are waited for.
+      // 8-bit rows' params are copied by one lane and read by all the row's:
+      // the warp syncs before that lane refills a stage and after its wait.
+      if constexpr (L::kCodes) __syncwarp();
       asm volatile("" ::: "memory");
       issue_pass(stage ^ 1, pass + kUnroll * kStep, -1);
       cp_async_wait<1>();
+      if constexpr (L::kCodes) __syncwarp();
       asm volatile("" ::: "memory");
     } else if (pass != first_pass) {
       load_pass(pass, -1);
@@ -409,9 +422,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
           const bool filled = j * L::kLanes + li < L::kChunks;
           const float2 no_params = make_float2(0.0f, 0.0f);
           cache_floats(filled ? *ring_load(stage, u, 0, j) : Load{}, k + j * L::kVec,
-                       L::kCodes && filled ? *ring_params(stage, u, 0) : no_params, C{});
+                       L::kCodes ? *ring_params(stage, u, 0) : no_params, C{});
           cache_floats(filled ? *ring_load(stage, u, 1, j) : Load{}, v + j * L::kVec,
-                       L::kCodes && filled ? *ring_params(stage, u, 1) : no_params, C{});
+                       L::kCodes ? *ring_params(stage, u, 1) : no_params, C{});
         } else {
           cache_floats(kr[u][j], k + j * L::kVec, kp[u], C{});
           cache_floats(vr[u][j], v + j * L::kVec, vp[u], C{});
