@@ -16,7 +16,8 @@
 //     kPerLane elements of a K/V row (one or two 16-byte loads); a warp covers
 //     32 / kLanes positions per step, four warps interleave, each row group
 //     keeps an online softmax (max, sum, weighted V) per query head; the
-//     loads of four steps are issued together;
+//     loads of four steps are issued together, and the state is rescaled
+//     once a pass, for the largest of its four rows' scores, not at every row;
 //   - from sm_80 those loads go through a ring of two passes in shared
 //     memory (cp.async): a warp issues the next pass's loads before it works
 //     on this one's rows, so its loads stay in flight while it computes.
@@ -409,27 +410,23 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     } else if (pass != first_pass) {
       load_pass(pass, -1);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (pass + u * kStep >= end) break;  // the same for the whole warp
-      const bool valid = pass + u * kStep + row_in_warp < end;
-      float k[L::kPerLane], v[L::kPerLane];
-#pragma unroll
-      for (int j = 0; j < L::kLoads; ++j) {
-        if constexpr (kUseRing) {
-          // Lanes past a row's loads (head_dim 96) never fill their slots: zeros,
-          // as the register path holds, so 0 · q stays 0 in the dot product.
-          const bool filled = j * L::kLanes + li < L::kChunks;
-          const float2 no_params = make_float2(0.0f, 0.0f);
-          cache_floats(filled ? *ring_load(stage, u, 0, j) : Load{}, k + j * L::kVec,
-                       L::kCodes ? *ring_params(stage, u, 0) : no_params, C{});
-          cache_floats(filled ? *ring_load(stage, u, 1, j) : Load{}, v + j * L::kVec,
-                       L::kCodes ? *ring_params(stage, u, 1) : no_params, C{});
-        } else {
-          cache_floats(kr[u][j], k + j * L::kVec, kp[u], C{});
-          cache_floats(vr[u][j], v + j * L::kVec, vp[u], C{});
-        }
+    // Row u's K or V load j as f32 (kv_index 0: K, 1: V).
+    auto row_floats = [&](int u, int kv_index, int j, float* f) {
+      if constexpr (kUseRing) {
+        // Lanes past a row's loads (head_dim 96) never fill their slots: zeros,
+        // as the register path holds, so 0 · q stays 0 in the dot product.
+        const bool filled = j * L::kLanes + li < L::kChunks;
+        cache_floats(filled ? *ring_load(stage, u, kv_index, j) : Load{}, f,
+                     L::kCodes ? *ring_params(stage, u, kv_index) : make_float2(0.0f, 0.0f), C{});
+      } else {
+        cache_floats(kv_index == 0 ? kr[u][j] : vr[u][j], f, kv_index == 0 ? kp[u] : vp[u], C{});
       }
+    };
+    // Row u's score for each head: the lanes' dot products, summed over the row's lanes.
+    auto row_dots = [&](int u, float* dots) {
+      float k[L::kPerLane];
+#pragma unroll
+      for (int j = 0; j < L::kLoads; ++j) row_floats(u, 0, j, k + j * L::kVec);
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
         if (g >= count) break;
@@ -438,16 +435,50 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         for (int e = 0; e < L::kPerLane; ++e) dot = fmaf(q[g][e], k[e], dot);
 #pragma unroll
         for (int offset = L::kLanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-        if (valid) {
-          const float m_new = fmaxf(m[g], dot);
-          const float correction = __expf(m[g] - m_new), weight = __expf(dot - m_new);
-          l[g] = l[g] * correction + weight;
+        dots[g] = dot;
+      }
+    };
+    // The pass's scores first, then one rescale of each head's state for
+    // the pass's largest: a row costs its weight's exponential and V's
+    // multiply-adds, where rescaling at every row cost another exponential
+    // and a multiply per element.
+    float dots[kUnroll][kGroup];
 #pragma unroll
-          for (int e = 0; e < L::kPerLane; ++e) acc[g][e] = fmaf(acc[g][e], correction, weight * v[e]);
-          m[g] = m_new;
-        }
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool step = pass + u * kStep < end;  // the same for the whole warp
+      const bool valid = pass + u * kStep + row_in_warp < end;
+      if (step) row_dots(u, dots[u]);
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) dots[u][g] = valid ? dots[u][g] : -INFINITY;
+    }
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      if (g >= count) break;
+      float m_new = m[g];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) m_new = fmaxf(m_new, dots[u][g]);
+      const float correction = __expf(m[g] - m_new);
+      l[g] *= correction;
+#pragma unroll
+      for (int e = 0; e < L::kPerLane; ++e) acc[g][e] *= correction;
+      m[g] = m_new;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (pass + u * kStep + row_in_warp >= end) continue;  // garbage V past the end must not reach acc
+      float v[L::kPerLane];
+#pragma unroll
+      for (int j = 0; j < L::kLoads; ++j) row_floats(u, 1, j, v + j * L::kVec);
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (g >= count) break;
+        const float weight = __expf(dots[u][g] - m[g]);
+        l[g] += weight;
+#pragma unroll
+        for (int e = 0; e < L::kPerLane; ++e) acc[g][e] = fmaf(weight, v[e], acc[g][e]);
       }
     }
+
   }
 
   if constexpr (kUseRing) {
