@@ -136,7 +136,7 @@ __device__ __forceinline__ int32_t piece_length(int32_t length, int num_splits) 
 // kGroup: query heads a block holds in registers, the power of two at or
 // above the GQA group, at most kMaxGroup. Sized for 8 heads whatever the
 // group, the per-lane state took 209 registers (two blocks an SM); for a
-// group of 4 (InternLM2.5-7B) it takes 137 (three).
+// group of 4 (InternLM2.5-7B) it took 137 (three) on the register path.
 // C: the cache's element type, T or uint8_t (then k_params/v_params hold
 // each row's (scale, zero) and inv_freq is null).
 // kRing: each thread's K/V loads go through a ring of kStages passes in
