@@ -6,13 +6,16 @@
 // row p % block_size. Which blocks a sequence owns is host metadata (src/kv);
 // kernels only read the block tables they are given.
 //
-// A quantized cache (LMDeploy's --quant-policy 8) holds 8-bit codes instead,
+// A quantized cache (LMDeploy's --quant-policy 8 or 4) holds codes instead,
 // and beside them one (scale, zero) pair of f32 a row, a row being the
-// head_dim values of one token's key (or value) in one KV head:
-//   scale = (max - min) / 255, zero = min, code = rint((x - zero) / scale),
+// head_dim values of one token's key (or value) in one KV head. With
+// L = 2^bits - 1 levels (255, or 15):
+//   scale = (max - min) / L, zero = min, code = rint((x - zero) / scale),
 //   x ≈ code · scale + zero
-// (scale 0 where every value of the row is the same: the codes are 0). A
-// head_dim-128 row then takes 136 bytes instead of 256 in 16 bits.
+// (scale 0 where every value of the row is the same: the codes are 0).
+// 8-bit codes are bytes (u8); 4-bit codes are packed two a byte, element
+// 2i in the low nibble (u4). A head_dim-128 row then takes 136 or 72 bytes
+// instead of 256 in 16 bits.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +30,15 @@ namespace tessera::backend {
 enum class KvCacheFormat {
   kCompute,  // in the backend's compute dtype
   kInt8,     // 8-bit codes with a scale and zero point a row (--quant-policy 8)
+  kInt4,     // 4-bit codes, two a byte, with a scale and zero point a row (--quant-policy 4)
 };
 
-// Its name in logs: "compute dtype" or "int8".
+// Its name in logs: "compute dtype", "int8" or "int4".
 const char* kv_cache_format_name(KvCacheFormat format);
+// LMDeploy's --quant-policy: 8 -> kInt8, 4 -> kInt4, anything else kCompute.
+KvCacheFormat kv_cache_format_for_policy(int quant_policy);
+// Bits a code of a quantized format: 8 or 4 (0 for kCompute).
+int kv_code_bits(KvCacheFormat format);
 
 struct PagedKvLayer {
   PagedKvLayer() = default;
@@ -38,13 +46,15 @@ struct PagedKvLayer {
       : keys(std::move(keys)), values(std::move(values)), key_params(std::move(key_params)),
         value_params(std::move(value_params)) {}
 
-  Tensor keys;    // [num_blocks, num_kv_heads, block_size, head_dim]: compute dtype, or u8 codes
+  Tensor keys;    // [num_blocks, num_kv_heads, block_size, head_dim]: compute dtype, or u8 / u4 codes
   Tensor values;  // [num_blocks, num_kv_heads, block_size, head_dim]: the same
-  // kInt8 only (undefined otherwise): [num_blocks, num_kv_heads, block_size, 2] f32 (scale, zero) of each row.
+  // Quantized only (undefined otherwise): [num_blocks, num_kv_heads, block_size, 2] f32 (scale, zero) of each row.
   Tensor key_params;
   Tensor value_params;
 
-  bool quantized() const { return keys.dtype() == DType::kU8; }
+  bool quantized() const { return code_bits() != 0; }
+  // 8 (u8 codes), 4 (u4 codes) or 0 (not quantized).
+  int code_bits() const { return keys.dtype() == DType::kU8 ? 8 : keys.dtype() == DType::kU4 ? 4 : 0; }
 };
 
 struct PagedKvCache {

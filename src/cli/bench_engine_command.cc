@@ -44,7 +44,7 @@ struct BenchEngineArgs {
   int64_t vocab = 256;
   int64_t prompt_tokens = 32;
   int64_t new_tokens = 128;  // per stream, with a model
-  int quant_policy = 0;      // 8: an 8-bit KV cache
+  int quant_policy = 0;      // 8 or 4: an 8- or 4-bit KV cache
   // The streams' sampling (a model only): greedy by default; LMDeploy's
   // defaults are temperature 0.8, top_k 40, top_p 0.8.
   float temperature = 0.0f;
@@ -53,7 +53,7 @@ struct BenchEngineArgs {
 };
 
 backend::KvCacheFormat kv_format(const BenchEngineArgs& args) {
-  return args.quant_policy == 8 ? backend::KvCacheFormat::kInt8 : backend::KvCacheFormat::kCompute;
+  return backend::kv_cache_format_for_policy(args.quant_policy);
 }
 
 double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
@@ -315,9 +315,10 @@ void add_bench_engine_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--top-k", args->top_k, "0: off")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", args->top_p, "1: off")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--new-tokens", args->new_tokens, "tokens per stream (model)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--quant-policy", args->quant_policy, "the KV cache: 0 (the compute dtype) or 8 (8-bit codes)")
+  cmd->add_option("--quant-policy", args->quant_policy,
+                  "the KV cache: 0 (the compute dtype), 8 or 4 (8- or 4-bit codes)")
       ->capture_default_str()
-      ->check(CLI::IsMember({0, 8}));
+      ->check(CLI::IsMember({0, 4, 8}));
   cmd->callback([&runner, args] {
     runner = [args] {
       if (args->model_dir.empty() && args->random_shape.empty()) {

@@ -45,7 +45,7 @@ struct BenchOpsArgs {
   int64_t forward_context = 128;
   bool skip_forward = false;
   int64_t awq_group_size = 0;  // > 0: the transformer layers' linears are 4-bit (AWQ) in groups of this size
-  int quant_policy = 0;        // 8: the KV cache in 8-bit codes (decode attention and the forward)
+  int quant_policy = 0;        // 8 or 4: the KV cache in 8- or 4-bit codes (decode attention and the forward)
 };
 
 struct Row {
@@ -176,17 +176,19 @@ void time_attention(backend::Backend& backend, OpTable& table, const model::Mode
     backend::AttentionBatch batch = decode_batch(n, context, args.block_size);
     const int64_t blocks = static_cast<int64_t>(batch.block_tables.size());
     const Shape cache_shape = {blocks, spec.num_kv_heads, args.block_size, hd};
-    const bool int8 = args.quant_policy == 8;
+    const int bits = args.quant_policy;  // 0, 8 or 4
+    const DType cache_dtype = bits == 8 ? DType::kU8 : bits == 4 ? DType::kU4 : dtype;
     const Shape params_shape = {blocks, spec.num_kv_heads, args.block_size, 2};
-    backend::PagedKvLayer cache{Tensor::empty(cache_shape, int8 ? DType::kU8 : dtype, backend.allocator()),
-                                Tensor::empty(cache_shape, int8 ? DType::kU8 : dtype, backend.allocator())};
-    if (int8) {
+    backend::PagedKvLayer cache{Tensor::empty(cache_shape, cache_dtype, backend.allocator()),
+                                Tensor::empty(cache_shape, cache_dtype, backend.allocator())};
+    if (bits != 0) {
       cache.key_params = Tensor::empty(params_shape, DType::kF32, backend.allocator());
       cache.value_params = Tensor::empty(params_shape, DType::kF32, backend.allocator());
     }
     // Bytes of one token's keys and values in one layer's cache.
-    const double kv_token_bytes = int8 ? static_cast<double>(2 * spec.num_kv_heads * (hd + 2 * sizeof(float)))
-                                       : static_cast<double>(dtype_bytes(dtype, 2 * spec.kv_size()));
+    const double kv_token_bytes =
+        bits != 0 ? static_cast<double>(2 * spec.num_kv_heads * (dtype_bytes(cache_dtype, hd) + 2 * sizeof(float)))
+                  : static_cast<double>(dtype_bytes(dtype, 2 * spec.kv_size()));
     Tensor qkv = device_tensor({n, spec.qkv_size()}, dtype, backend, 3);
     Tensor out = Tensor::empty({n, spec.q_size()}, dtype, backend.allocator());
     std::vector<float> inv_freq(n * hd / 2);
@@ -205,7 +207,8 @@ void time_attention(backend::Backend& backend, OpTable& table, const model::Mode
     const double s = backend.time_per_call(
         [&] { backend.paged_attention(qkv, spec.num_heads, batch, cache, args.block_size, out); }, repeats);
     const double bytes = n * context * kv_token_bytes + static_cast<double>(dtype_bytes(dtype, n * spec.q_size() * 2));
-    table.add({fmt::format("decode attention {}{}", context, int8 ? " int8" : ""), shape, s, bytes,
+    table.add({fmt::format("decode attention {}{}", context, bits != 0 ? fmt::format(" int{}", bits) : ""), shape, s,
+               bytes,
                context == args.contexts.front() ? spec.num_layers : 0});
   }
 }
@@ -213,7 +216,7 @@ void time_attention(backend::Backend& backend, OpTable& table, const model::Mode
 // Wall-clock seconds of one decode step through Transformer::forward (logits on the host).
 double time_forward(backend::Backend& backend, const model::ModelSpec& spec, const BenchOpsArgs& args) {
   auto model = model::make_random_transformer(spec, backend, 1, args.awq_group_size);
-  if (args.quant_policy == 8) model->set_kv_cache_format(backend::KvCacheFormat::kInt8);
+  model->set_kv_cache_format(backend::kv_cache_format_for_policy(args.quant_policy));
   const int64_t context = args.forward_context;
   model::ForwardBatch batch;
   batch.attention = decode_batch(args.batch, context, args.block_size);
@@ -408,9 +411,10 @@ void add_bench_ops_command(CLI::App& app, Runner& runner) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--forward-context", args->forward_context, "context of the whole-forward timing")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--quant-policy", args->quant_policy, "the KV cache: 0 (the compute dtype) or 8 (8-bit codes)")
+  cmd->add_option("--quant-policy", args->quant_policy,
+                  "the KV cache: 0 (the compute dtype), 8 or 4 (8- or 4-bit codes)")
       ->capture_default_str()
-      ->check(CLI::IsMember({0, 8}));
+      ->check(CLI::IsMember({0, 4, 8}));
   cmd->add_option("--awq-group-size", args->awq_group_size,
                   "4-bit (AWQ) linear layers in groups of this many inputs; 0: 16-bit")
       ->capture_default_str()

@@ -58,8 +58,8 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--quant-policy", a.quant_policy,
-                  "KV cache quantization: 0 (none) or 8 (8-bit codes with a scale and zero point a token and head); "
-                  "4 is not supported yet")
+                  "KV cache quantization: 0 (none), 8 or 4 (8- or 4-bit codes with a scale and zero point a token "
+                  "and KV head)")
       ->capture_default_str()
       ->check(CLI::IsMember({0, 4, 8}));
   cmd->add_option("--model-format", a.model_format,
@@ -83,10 +83,6 @@ void check_supported(const EngineArgs& a) {
     throw Error(ErrorKind::kUnsupported, "--model-format fp8 is not supported yet",
                 "use a 16-bit Hugging Face checkpoint (--model-format hf), an AWQ one (--model-format awq) or a GPTQ "
                 "one (--model-format gptq)");
-  }
-  if (a.quant_policy == 4) {
-    throw Error(ErrorKind::kUnsupported, "--quant-policy 4 (a 4-bit KV cache) is not supported yet",
-                "use --quant-policy 8 (an 8-bit KV cache) or 0");
   }
 }
 
@@ -162,7 +158,7 @@ std::string node_fingerprint(const EngineArgs& a, const ServingModel& s) {
   return fmt::format("{} layers of hidden {}, {} heads ({} KV), vocab {}, {}, {} on {}, KV blocks of {} tokens{}",
                      spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size, weights,
                      dtype_name(s.dtype), s.device.is_cpu() ? "CPU" : "GPU", a.cache_block_seq_len,
-                     a.quant_policy == 8 ? " in int8" : "");
+                     a.quant_policy == 0 ? "" : fmt::format(" in int{}", a.quant_policy));
 }
 
 // Several nodes: meets the others at node 0 with this node's KV capacity.
@@ -230,10 +226,11 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   const model::ModelSpec config_spec = model::read_model_spec(a.model_path);
   model::check_model_format(config_spec, a.model_format, a.model_path);
   const model::SpecOverrides overrides{.rope_scaling_factor = a.rope_scaling_factor};
-  const backend::KvCacheFormat kv_format =
-      a.quant_policy == 8 ? backend::KvCacheFormat::kInt8 : backend::KvCacheFormat::kCompute;
-  if (a.quant_policy == 8) {
-    log_info("--quant-policy 8: the KV cache holds 8-bit codes with an f32 scale and zero point a token and KV head");
+  const backend::KvCacheFormat kv_format = backend::kv_cache_format_for_policy(a.quant_policy);
+  if (a.quant_policy != 0) {
+    log_info("--quant-policy {0}: the KV cache holds {0}-bit codes with an f32 scale and zero point a token and KV "
+             "head",
+             a.quant_policy);
   }
   if (a.rope_scaling_factor > 0.0) {
     log_info("--rope-scaling-factor {:g}: RoPE is dynamic NTK over the model's {} trained positions{}; longer "

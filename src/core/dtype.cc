@@ -14,7 +14,7 @@ int dtype_bits(DType dtype) {
     case DType::kF32: case DType::kI32: return 32;
     case DType::kF16: case DType::kBF16: case DType::kI16: return 16;
     case DType::kI8: case DType::kU8: case DType::kBool: return 8;
-    case DType::kI4: return 4;
+    case DType::kI4: case DType::kU4: return 4;
   }
   return 0;
 }
@@ -34,6 +34,7 @@ const char* dtype_name(DType dtype) {
     case DType::kU8: return "u8";
     case DType::kBool: return "bool";
     case DType::kI4: return "i4";
+    case DType::kU4: return "u4";
   }
   return "?";
 }

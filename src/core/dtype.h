@@ -2,7 +2,8 @@
 //
 // f16/bf16 are stored as raw 16-bit patterns; conversion is done here in plain
 // C++ so the core layer needs no CUDA headers. kI4 is packed int4 (two values
-// a byte, low nibble first), the storage of 4-bit weights.
+// a byte, low nibble first), the storage of 4-bit weights; kU4 packs unsigned
+// 4-bit codes (0..15) the same way, a 4-bit KV cache's (backend/paged_kv.h).
 #pragma once
 
 #include <cstddef>
@@ -12,9 +13,9 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kI4 };
+enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kI4, kU4 };
 
-// Bits per element (4 for kI4), so byte sizes of packed types are exact.
+// Bits per element (4 for kI4 and kU4), so byte sizes of packed types are exact.
 int dtype_bits(DType dtype);
 // Bytes for `count` elements, rounding packed types up to whole bytes.
 size_t dtype_bytes(DType dtype, size_t count);

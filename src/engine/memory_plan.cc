@@ -78,7 +78,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                    in.workspace_measured ? "measured by a warm-up step" : "estimated from the shapes");
   if (in.graph_bytes > 0) t << fmt::format("  {:<28} {:>14}\n", "decode graphs", gib(in.graph_bytes));
   t << fmt::format("  {:<28} {:>14}   {} blocks x {} tokens, {} per block\n",
-                   in.kv_format == backend::KvCacheFormat::kInt8 ? "KV cache (int8)" : "KV cache",
+                   in.kv_format == backend::KvCacheFormat::kCompute
+                       ? std::string("KV cache")
+                       : fmt::format("KV cache ({})", backend::kv_cache_format_name(in.kv_format)),
                    gib(plan.kv_bytes), plan.num_blocks, in.block_size, gib(in.block_bytes));
   t << fmt::format("  {:<28} {:>14}\n", "tokens that fit", plan.tokens_that_fit);
   t << fmt::format("  {:<28} {:>14}{}\n", "session length", plan.session_len,
@@ -119,7 +121,10 @@ void check_weights_fit(size_t rank_weight_bytes, size_t free_bytes, size_t total
 
 size_t kv_block_bytes(const model::ModelSpec& s, DType dtype, int64_t block_size, backend::KvCacheFormat format) {
   const auto rows = static_cast<size_t>(2 * s.num_layers * s.num_kv_heads * block_size);  // keys and values
-  if (format == backend::KvCacheFormat::kInt8) return rows * (static_cast<size_t>(s.head_dim) + 2 * sizeof(float));
+  if (const int bits = backend::kv_code_bits(format); bits != 0) {
+    return rows * (dtype_bytes(bits == 8 ? DType::kU8 : DType::kU4, static_cast<size_t>(s.head_dim)) +
+                   2 * sizeof(float));
+  }
   return dtype_bytes(dtype, rows * static_cast<size_t>(s.head_dim));
 }
 

@@ -56,8 +56,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& input);
 // output (the tensor-core layout's scale-and-zero word; the canonical one
 // takes 3); the CPU backend dequantizes them into `dtype`.
 size_t weight_bytes(const model::ModelSpec& spec, DType dtype, bool packed = false);
-// One KV block over every layer: keys and values in `dtype`, or 8-bit codes
-// with an f32 scale and zero a row (backend/paged_kv.h).
+// One KV block over every layer: keys and values in `dtype`, or 8- or 4-bit
+// codes with an f32 scale and zero a row (backend/paged_kv.h).
 size_t kv_block_bytes(const model::ModelSpec& spec, DType dtype, int64_t block_size,
                       backend::KvCacheFormat format = backend::KvCacheFormat::kCompute);
 // Before the weights are read: Error(kOutOfMemory) when one rank's share of

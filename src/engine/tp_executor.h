@@ -56,7 +56,7 @@ struct TpExecutorConfig {
   int tp = 1;                  // ranks (--tp); must split the model (model::valid_tp_sizes)
   int64_t num_blocks = 0;      // KV blocks of the paged cache (each rank holds its heads of all of them)
   int64_t block_size = 64;     // tokens per block
-  backend::KvCacheFormat kv_cache_format = backend::KvCacheFormat::kCompute;  // --quant-policy 8: int8
+  backend::KvCacheFormat kv_cache_format = backend::KvCacheFormat::kCompute;  // --quant-policy 8 / 4: int8 / int4
   std::chrono::milliseconds comm_timeout{std::chrono::minutes(5)};  // a rank waiting longer fails the step
   // Where the ranks run and how they talk (comm::choose_comm). Default: CPU
   // ranks and the thread communicator.

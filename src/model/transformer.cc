@@ -135,12 +135,12 @@ backend::PagedKvCache Transformer::allocate_cache(int64_t num_blocks, int64_t bl
   if (graphs_) cache.spare_block = num_blocks;
   const int64_t blocks = num_blocks + (graphs_ ? 1 : 0);
   const Shape shape = {blocks, shard_.num_kv_heads, block_size, spec_.head_dim};
-  const bool int8 = kv_cache_format_ == backend::KvCacheFormat::kInt8;
-  const DType dtype = int8 ? DType::kU8 : backend_.compute_dtype();
+  const int bits = backend::kv_code_bits(kv_cache_format_);
+  const DType dtype = bits == 8 ? DType::kU8 : bits == 4 ? DType::kU4 : backend_.compute_dtype();
   for (int64_t layer = 0; layer < spec_.num_layers; ++layer) {
     backend::PagedKvLayer kv{Tensor::empty(shape, dtype, backend_.allocator()),
                              Tensor::empty(shape, dtype, backend_.allocator())};
-    if (int8) {
+    if (bits != 0) {
       const Shape params = {blocks, shard_.num_kv_heads, block_size, 2};
       kv.key_params = Tensor::empty(params, DType::kF32, backend_.allocator());
       kv.value_params = Tensor::empty(params, DType::kF32, backend_.allocator());

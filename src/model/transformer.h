@@ -58,7 +58,7 @@ class Transformer {
   // spare_block (their padding rows).
   backend::PagedKvCache allocate_cache(int64_t num_blocks, int64_t block_size);
   // How caches allocated from now on store keys and values (paged_kv.h);
-  // the compute dtype by default, int8 for --quant-policy 8.
+  // the compute dtype by default, int8 for --quant-policy 8, int4 for 4.
   void set_kv_cache_format(backend::KvCacheFormat format) { kv_cache_format_ = format; }
   backend::KvCacheFormat kv_cache_format() const { return kv_cache_format_; }
 

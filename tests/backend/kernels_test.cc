@@ -157,100 +157,118 @@ TEST(CpuKernels, PagedAttentionMatchesDenseOverGrid) {
 
 TEST(CpuKernels, PagedAttentionSlidingWindow) { check_paged_attention(4, 1, 64, 16, 40, 6); }
 
-// --quant-policy 8's row format written out again here, in double:
-// scale = (max - min) / 255, zero = min, code = round((x - zero) / scale).
-std::vector<int> reference_codes(const float* x, int64_t n, double* scale, double* zero) {
+// --quant-policy 8 and 4's row format written out again here, in double,
+// with L = 2^bits - 1 levels: scale = (max - min) / L, zero = min,
+// code = round((x - zero) / scale).
+std::vector<int> reference_codes(const float* x, int64_t n, int bits, double* scale, double* zero) {
   const auto [low, high] = std::minmax_element(x, x + n);
   *zero = *low;
-  *scale = (static_cast<double>(*high) - *low) / 255.0;
+  *scale = (static_cast<double>(*high) - *low) / ((1 << bits) - 1);
   std::vector<int> codes(n);
   for (int64_t i = 0; i < n; ++i) codes[i] = *scale > 0 ? static_cast<int>(std::lround((x[i] - *zero) / *scale)) : 0;
   return codes;
 }
 
-TEST(CpuKernels, Int8RowsFollowTheFormulaAndRoundTripWithinHalfAStep) {
-  for (int64_t n : {8, 64, 128, 256}) {
-    std::vector<float> x = random_vector(n, static_cast<uint32_t>(n), 3.0f);
-    x[3] = -7.5f;  // the minimum: code 0 and exact
-    std::vector<uint8_t> codes(n);
-    float params[2];
-    cpu::quantize_row_int8(x.data(), n, codes.data(), params);
-    double scale, zero;
-    const std::vector<int> want = reference_codes(x.data(), n, &scale, &zero);
-    EXPECT_NEAR(params[0], scale, 1e-6 * scale);
-    EXPECT_EQ(params[1], -7.5f);
-    std::vector<float> back(n);
-    cpu::dequantize_row_int8(codes.data(), params, n, back.data());
-    for (int64_t i = 0; i < n; ++i) {
-      // A tie may round either way in float and in double; nothing else may differ.
-      EXPECT_LE(std::abs(codes[i] - want[i]), 1) << "n " << n << " element " << i;
-      EXPECT_LE(std::abs(back[i] - x[i]), 0.5 * scale * (1 + 1e-5)) << "n " << n << " element " << i;
-    }
-    EXPECT_EQ(*std::min_element(codes.begin(), codes.end()), 0);
-    EXPECT_EQ(*std::max_element(codes.begin(), codes.end()), 255);
-  }
-  // A row of one value: scale 0, codes 0, and the value comes back exactly.
-  std::vector<float> same(64, 0.3f);
-  std::vector<uint8_t> codes(64, 9);
-  float params[2];
-  cpu::quantize_row_int8(same.data(), 64, codes.data(), params);
-  EXPECT_EQ(params[0], 0.0f);
-  std::vector<float> back(64);
-  cpu::dequantize_row_int8(codes.data(), params, 64, back.data());
-  EXPECT_EQ(back, same);
-  EXPECT_EQ(codes, std::vector<uint8_t>(64, 0));
+// Code i of a row stored with `bits` bits: a byte, or a nibble (element 2i low).
+int code_at(const uint8_t* row, int64_t i, int bits) {
+  return bits == 8 ? row[i] : (row[i / 2] >> (4 * (i % 2))) & 0xF;
 }
 
-// The CPU backend over an 8-bit cache: what rope_and_cache_write stores is
-// the formula's codes, and paged attention is the dense attention over the
-// values those codes stand for (and within the rounding of the unquantized one).
-TEST(CpuKernels, PagedAttentionOverAnInt8CacheMatchesDenseOverItsValues) {
-  const int64_t heads = 8, kv_heads = 2, hd = 64, block_size = 16, len = 45;
-  auto backend = make_cpu_backend();
-  const int64_t blocks = (len + block_size - 1) / block_size + 1;
-  std::vector<int32_t> table(blocks);
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), std::mt19937(5));
-  const Shape shape = {blocks, kv_heads, block_size, hd}, params = {blocks, kv_heads, block_size, 2};
-  PagedKvLayer cache{Tensor::empty(shape, DType::kU8), Tensor::empty(shape, DType::kU8),
-                     Tensor::empty(params, DType::kF32), Tensor::empty(params, DType::kF32)};
-  ASSERT_TRUE(cache.quantized());
-  const int64_t qkv_size = (heads + 2 * kv_heads) * hd;
-  auto qkv_values = random_vector(len * qkv_size, 12, 2.0f);
-  Tensor out = write_and_attend(*backend, qkv_values, len, heads, hd, block_size, table, 0, cache);
+TEST(CpuKernels, QuantizedRowsFollowTheFormulaAndRoundTripWithinHalfAStep) {
+  for (int bits : {8, 4}) {
+    for (int64_t n : {8, 64, 128, 256}) {
+      std::vector<float> x = random_vector(n, static_cast<uint32_t>(n), 3.0f);
+      x[3] = -7.5f;  // the minimum: code 0 and exact
+      std::vector<uint8_t> codes(n * bits / 8);
+      float params[2];
+      cpu::quantize_row(x.data(), n, bits, codes.data(), params);
+      double scale, zero;
+      const std::vector<int> want = reference_codes(x.data(), n, bits, &scale, &zero);
+      EXPECT_NEAR(params[0], scale, 1e-6 * scale);
+      EXPECT_EQ(params[1], -7.5f);
+      std::vector<float> back(n);
+      cpu::dequantize_row(codes.data(), params, n, bits, back.data());
+      int low = 255, high = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const int code = code_at(codes.data(), i, bits);
+        low = std::min(low, code), high = std::max(high, code);
+        // A tie may round either way in float and in double; nothing else may differ.
+        EXPECT_LE(std::abs(code - want[i]), 1) << bits << " bits, n " << n << " element " << i;
+        EXPECT_LE(std::abs(back[i] - x[i]), 0.5 * scale * (1 + 1e-5)) << bits << " bits, n " << n << " element " << i;
+      }
+      EXPECT_EQ(low, 0);
+      EXPECT_EQ(high, (1 << bits) - 1);
+    }
+    // A row of one value: scale 0, codes 0, and the value comes back exactly.
+    std::vector<float> same(64, 0.3f);
+    std::vector<uint8_t> codes(64 * bits / 8, 9);
+    float params[2];
+    cpu::quantize_row(same.data(), 64, bits, codes.data(), params);
+    EXPECT_EQ(params[0], 0.0f);
+    std::vector<float> back(64);
+    cpu::dequantize_row(codes.data(), params, 64, bits, back.data());
+    EXPECT_EQ(back, same);
+    EXPECT_EQ(codes, std::vector<uint8_t>(64 * bits / 8, 0));
+  }
+}
 
-  // k and v as given, and as the cache holds them.
-  std::vector<float> k(len * kv_heads * hd), v(len * kv_heads * hd), k_held(k.size()), v_held(v.size());
-  int64_t off_by_one = 0;
-  for (int64_t t = 0; t < len; ++t) {
-    for (int64_t g = 0; g < kv_heads; ++g) {
-      const int64_t row = (table[t / block_size] * kv_heads + g) * block_size + t % block_size;
-      for (auto [source, given, held, codes, pairs] :
-           {std::tuple{heads + g, &k, &k_held, &cache.keys, &cache.key_params},
-            std::tuple{heads + kv_heads + g, &v, &v_held, &cache.values, &cache.value_params}}) {
-        const float* x = qkv_values.data() + t * qkv_size + source * hd;
-        double scale, zero;
-        const std::vector<int> want = reference_codes(x, hd, &scale, &zero);
-        for (int64_t d = 0; d < hd; ++d) {
-          const int code = codes->data<uint8_t>()[row * hd + d];
-          ASSERT_LE(std::abs(code - want[d]), 1) << "token " << t << " head " << g;
-          off_by_one += code != want[d];
-          (*given)[(t * kv_heads + g) * hd + d] = x[d];
-          (*held)[(t * kv_heads + g) * hd + d] =
-              std::fmaf(code, pairs->data<float>()[2 * row], pairs->data<float>()[2 * row + 1]);
+// The CPU backend over an 8- or 4-bit cache: what rope_and_cache_write
+// stores is the formula's codes, and paged attention is the dense attention
+// over the values those codes stand for (and within the rounding of the
+// unquantized one: a step of (max - min) / 15 is 17 times 8 bits').
+TEST(CpuKernels, PagedAttentionOverAQuantizedCacheMatchesDenseOverItsValues) {
+  for (int bits : {8, 4}) {
+    const int64_t heads = 8, kv_heads = 2, hd = 64, block_size = 16, len = 45;
+    auto backend = make_cpu_backend();
+    const int64_t blocks = (len + block_size - 1) / block_size + 1;
+    std::vector<int32_t> table(blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(5));
+    const Shape shape = {blocks, kv_heads, block_size, hd}, params = {blocks, kv_heads, block_size, 2};
+    const DType codes_dtype = bits == 8 ? DType::kU8 : DType::kU4;
+    PagedKvLayer cache{Tensor::empty(shape, codes_dtype), Tensor::empty(shape, codes_dtype),
+                       Tensor::empty(params, DType::kF32), Tensor::empty(params, DType::kF32)};
+    ASSERT_EQ(cache.code_bits(), bits);
+    const int64_t qkv_size = (heads + 2 * kv_heads) * hd;
+    auto qkv_values = random_vector(len * qkv_size, 12, 2.0f);
+    Tensor out = write_and_attend(*backend, qkv_values, len, heads, hd, block_size, table, 0, cache);
+
+    // k and v as given, and as the cache holds them.
+    std::vector<float> k(len * kv_heads * hd), v(len * kv_heads * hd), k_held(k.size()), v_held(v.size());
+    int64_t off_by_one = 0;
+    for (int64_t t = 0; t < len; ++t) {
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        const int64_t row = (table[t / block_size] * kv_heads + g) * block_size + t % block_size;
+        for (auto [source, given, held, codes, pairs] :
+             {std::tuple{heads + g, &k, &k_held, &cache.keys, &cache.key_params},
+              std::tuple{heads + kv_heads + g, &v, &v_held, &cache.values, &cache.value_params}}) {
+          const float* x = qkv_values.data() + t * qkv_size + source * hd;
+          double scale, zero;
+          const std::vector<int> want = reference_codes(x, hd, bits, &scale, &zero);
+          for (int64_t d = 0; d < hd; ++d) {
+            const int code = code_at(codes->data<uint8_t>() + row * hd * bits / 8, d, bits);
+            ASSERT_LE(std::abs(code - want[d]), 1) << bits << " bits, token " << t << " head " << g;
+            off_by_one += code != want[d];
+            (*given)[(t * kv_heads + g) * hd + d] = x[d];
+            (*held)[(t * kv_heads + g) * hd + d] =
+                std::fmaf(code, pairs->data<float>()[2 * row], pairs->data<float>()[2 * row + 1]);
+          }
         }
       }
     }
-  }
-  EXPECT_LE(off_by_one, 2) << "codes a step away from the formula's (ties only)";
-  for (int64_t t = 0; t < len; ++t) {
-    std::vector<float> q(qkv_values.begin() + t * qkv_size, qkv_values.begin() + t * qkv_size + heads * hd);
-    auto over_held = dense_attention(q, k_held, v_held, len, heads, kv_heads, hd, t, 0);
-    auto c = testing::compare(out.data<float>() + t * heads * hd, over_held.data(), over_held.size());
-    ASSERT_TRUE(c.within(1e-5, 1e-5)) << "token " << t << ": " << c.describe();
-    auto exact = dense_attention(q, k, v, len, heads, kv_heads, hd, t, 0);
-    c = testing::compare(out.data<float>() + t * heads * hd, exact.data(), exact.size());
-    ASSERT_TRUE(c.within(3e-2, 1e-2)) << "token " << t << " against unquantized k and v: " << c.describe();
+    EXPECT_LE(off_by_one, 2) << bits << " bits: codes a step away from the formula's (ties only)";
+    // 8 bits: 3e-2 abs, 1e-2 of the norm; 4 bits (a step 17 times as large): 0.4 and 0.2.
+    const double exact_abs = bits == 8 ? 3e-2 : 0.4, exact_norm = bits == 8 ? 1e-2 : 0.2;
+    for (int64_t t = 0; t < len; ++t) {
+      std::vector<float> q(qkv_values.begin() + t * qkv_size, qkv_values.begin() + t * qkv_size + heads * hd);
+      auto over_held = dense_attention(q, k_held, v_held, len, heads, kv_heads, hd, t, 0);
+      auto c = testing::compare(out.data<float>() + t * heads * hd, over_held.data(), over_held.size());
+      ASSERT_TRUE(c.within(1e-5, 1e-5)) << bits << " bits, token " << t << ": " << c.describe();
+      auto exact = dense_attention(q, k, v, len, heads, kv_heads, hd, t, 0);
+      c = testing::compare(out.data<float>() + t * heads * hd, exact.data(), exact.size());
+      ASSERT_TRUE(c.within(exact_abs, exact_norm))
+          << bits << " bits, token " << t << " against unquantized k and v: " << c.describe();
+    }
   }
 }
 

@@ -243,30 +243,45 @@ Tensor bytes_on(Backend& backend, const Tensor& host) {
   return device;
 }
 
-// A cache row's values as the 8-bit cache holds them (cpu::dequantize_row_int8's formula).
+// Code i of a quantized cache's codes: a byte (u8), or a nibble, element 2i
+// in the low one (u4).
+int code_of(const Tensor& codes, int64_t i) {
+  const uint8_t* bytes = codes.data<uint8_t>();
+  return codes.dtype() == DType::kU8 ? bytes[i] : (bytes[i / 2] >> (4 * (i % 2))) & 0xF;
+}
+
+// A cache row's values as the quantized cache holds them (paged_kv.h's formula).
 std::vector<float> dequantized(const Tensor& codes, const Tensor& params) {
   const int64_t rows = params.numel() / 2, width = codes.numel() / rows;
   std::vector<float> x(static_cast<size_t>(codes.numel()));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t d = 0; d < width; ++d) {
-      x[r * width + d] = std::fmaf(codes.data<uint8_t>()[r * width + d], params.data<float>()[2 * r],
-                                   params.data<float>()[2 * r + 1]);
+      x[r * width + d] =
+          std::fmaf(code_of(codes, r * width + d), params.data<float>()[2 * r], params.data<float>()[2 * r + 1]);
     }
   return x;
 }
 
-// --quant-policy 8: the write into an 8-bit cache and attention over it.
+// --quant-policy 8 and 4: the write into a quantized cache and attention over it.
 // Both sides quantize their own rotated k (the GPU's rounded to the dtype,
 // its sines and cosines a few ulps off the CPU's), so a value near a step's
 // midpoint may take the next code: every dequantized value must lie within
 // one step (and the dtype's rounding) of the CPU's, and in f32 nearly every
-// code must be the CPU's. Attention is compared over both
-// prefill kernels (scalar, then the default: tensor cores in 16 bits).
-TEST_P(CudaVsCpu, RopeInt8CacheWriteAndPagedAttention) {
+// code must be the CPU's. Attention, over the GPU's codes on both sides, is
+// compared over both prefill kernels (scalar, then the default: tensor cores
+// in 16 bits).
+TEST_P(CudaVsCpu, RopeQuantizedCacheWriteAndPagedAttention) {
   std::vector<AttentionCase> cases = attention_cases();
   cases.push_back({8, 2, 128, 16, 0, {1000, 300}, {1, 1}});  // decode over long contexts: several splits
   cases.push_back({4, 1, 64, 16, 0, {700}, {1}});
-  for (const AttentionCase& c : cases) {
+  std::vector<std::pair<int, AttentionCase>> runs;  // (bits, case)
+  for (const int bits : {8, 4}) {
+    for (const AttentionCase& c : cases) runs.emplace_back(bits, c);
+  }
+  for (const auto& run : runs) {
+    const int bits = run.first;
+    const AttentionCase& c = run.second;
+    const DType codes_dtype = bits == 8 ? DType::kU8 : DType::kU4;
     const AttentionBatch batch = case_batch(c);
     const int64_t n = batch.num_tokens(), num_blocks = static_cast<int64_t>(batch.block_tables.size());
     const Shape cache_shape = {num_blocks, c.kv_heads, c.block_size, c.head_dim};
@@ -274,13 +289,14 @@ TEST_P(CudaVsCpu, RopeInt8CacheWriteAndPagedAttention) {
     // The earlier tokens: random codes, scales and zeros (values about -1.2 .. 1.3), the same on both sides.
     std::mt19937 rng(21);
     auto random_codes = [&] {
-      Tensor t = Tensor::empty(cache_shape, DType::kU8);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
+      Tensor t = Tensor::empty(cache_shape, codes_dtype);
+      for (size_t i = 0; i < t.nbytes(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
       return t;
     };
+    const float levels = static_cast<float>((1 << bits) - 1);
     auto random_params = [&] {
       Tensor t = Tensor::empty(params_shape, DType::kF32);
-      std::uniform_real_distribution<float> scale(0.004f, 0.01f), zero(-1.2f, -0.8f);
+      std::uniform_real_distribution<float> scale(1.0f / levels, 2.5f / levels), zero(-1.2f, -0.8f);
       for (int64_t r = 0; r < t.numel() / 2; ++r) {
         t.data<float>()[2 * r] = scale(rng);
         t.data<float>()[2 * r + 1] = zero(rng);
@@ -290,13 +306,13 @@ TEST_P(CudaVsCpu, RopeInt8CacheWriteAndPagedAttention) {
     PagedKvLayer cpu_cache{random_codes(), random_codes(), random_params(), random_params()};
     PagedKvLayer gpu_cache{bytes_on(*cuda_, cpu_cache.keys), bytes_on(*cuda_, cpu_cache.values),
                            bytes_on(*cuda_, cpu_cache.key_params), bytes_on(*cuda_, cpu_cache.value_params)};
-    ASSERT_TRUE(cpu_cache.quantized() && gpu_cache.quantized());
-    const std::string name = "int8 cache " + case_name(c);
+    ASSERT_TRUE(cpu_cache.code_bits() == bits && gpu_cache.code_bits() == bits);
+    const std::string name = fmt::format("int{} cache {}", bits, case_name(c));
     auto [cpu_qkv, gpu_qkv] = write_step(c, batch, cpu_cache, gpu_cache, name);
     for (const auto& [gpu_codes, gpu_params, cpu_codes, cpu_params, what] :
          {std::tuple{&gpu_cache.keys, &gpu_cache.key_params, &cpu_cache.keys, &cpu_cache.key_params, "k"},
           std::tuple{&gpu_cache.values, &gpu_cache.value_params, &cpu_cache.values, &cpu_cache.value_params, "v"}}) {
-      Tensor codes = Tensor::empty(cache_shape, DType::kU8), params = Tensor::empty(params_shape, DType::kF32);
+      Tensor codes = Tensor::empty(cache_shape, codes_dtype), params = Tensor::empty(params_shape, DType::kF32);
       cuda_->copy(*gpu_codes, codes);
       cuda_->copy(*gpu_params, params);
       cuda_->synchronize();
@@ -309,7 +325,7 @@ TEST_P(CudaVsCpu, RopeInt8CacheWriteAndPagedAttention) {
         const float step = std::max(params.data<float>()[2 * r], cpu_params->data<float>()[2 * r]);
         for (int64_t d = 0; d < c.head_dim; ++d) {
           const int64_t i = r * c.head_dim + d;
-          moved += codes.data<uint8_t>()[i] != cpu_codes->data<uint8_t>()[i];
+          moved += code_of(codes, i) != code_of(*cpu_codes, i);
           beyond += std::abs(got[i] - want[i]) > 1.01f * step + rounding;
         }
       }
@@ -318,6 +334,15 @@ TEST_P(CudaVsCpu, RopeInt8CacheWriteAndPagedAttention) {
         EXPECT_LE(moved, codes.numel() / 50) << what << " codes not the CPU's, " << name;
       }
     }
+    // Attention then reads the same codes on both sides, the GPU's as written
+    // (judged above): a code a step away would move the outputs by a share
+    // of the step, 17 times as large at 4 bits as at 8.
+    for (auto [from, to] : {std::pair{&gpu_cache.keys, &cpu_cache.keys}, std::pair{&gpu_cache.values, &cpu_cache.values},
+                            std::pair{&gpu_cache.key_params, &cpu_cache.key_params},
+                            std::pair{&gpu_cache.value_params, &cpu_cache.value_params}}) {
+      cuda_->copy(*from, *to);
+    }
+    cuda_->synchronize();
     Tensor cpu_out = Tensor::empty({n, c.heads * c.head_dim}, DType::kF32), gpu_out = gpu_empty({n, c.heads * c.head_dim});
     cpu_->paged_attention(cpu_qkv, c.heads, batch, cpu_cache, c.block_size, cpu_out);
     for (auto kernel : {PrefillAttentionKernel::kScalar, PrefillAttentionKernel::kAuto}) {

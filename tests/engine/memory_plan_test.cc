@@ -204,10 +204,12 @@ TEST(engineMemoryPlan, SizesFromTheModelShape) {
   EXPECT_EQ(kv_block_bytes(s, DType::kBF16, 16), 2u * 2 * 1 * 16 * 4 * 2);
   // --quant-policy 8: a byte an element, and an f32 scale and zero a row.
   EXPECT_EQ(kv_block_bytes(s, DType::kBF16, 16, backend::KvCacheFormat::kInt8), 2u * 2 * 1 * 16 * (4 + 8));
+  // --quant-policy 4: half a byte an element, and the same scale and zero.
+  EXPECT_EQ(kv_block_bytes(s, DType::kBF16, 16, backend::KvCacheFormat::kInt4), 2u * 2 * 1 * 16 * (2 + 8));
   EXPECT_GT(host_available_memory(), 0u);
 }
 
-// What the plan counts a block is what a cache of the model allocates, in either format.
+// What the plan counts a block is what a cache of the model allocates, in every format.
 TEST(MemoryPlan, BlockBytesAreWhatTheCacheAllocates) {
   auto cpu = backend::make_cpu_backend();
   model::ModelSpec spec = model::random_model_spec("100m");
@@ -215,12 +217,12 @@ TEST(MemoryPlan, BlockBytesAreWhatTheCacheAllocates) {
   spec.num_kv_heads = 4;
   spec.vocab_size = 1000;
   auto model = model::make_random_transformer(spec, *cpu, 3);
-  for (auto format : {backend::KvCacheFormat::kCompute, backend::KvCacheFormat::kInt8}) {
+  for (auto format : {backend::KvCacheFormat::kCompute, backend::KvCacheFormat::kInt8, backend::KvCacheFormat::kInt4}) {
     model->set_kv_cache_format(format);
     const backend::PagedKvCache cache = model->allocate_cache(5, 16);
     EXPECT_EQ(cache.block_bytes(), kv_block_bytes(spec, DType::kF32, 16, format))
         << backend::kv_cache_format_name(format);
-    EXPECT_EQ(cache.layers[0].quantized(), format == backend::KvCacheFormat::kInt8);
+    EXPECT_EQ(cache.layers[0].code_bits(), backend::kv_code_bits(format));
   }
 }
 

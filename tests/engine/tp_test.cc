@@ -151,10 +151,11 @@ TEST_P(engineTpGolden, EveryTpGivesTheTokensAndLogitsOfTp1) {
   EXPECT_GE(tested, 1) << dir.filename() << ": no tp > 1 splits this model";
 }
 
-// --quant-policy 8 reaches every rank: over 8-bit caches the ranks give the
-// logits of one rank over its 8-bit cache (within a code step's worth: a k
-// an ulp apart may round to the next code), and not those of 16-bit caches.
-TEST_P(engineTpGolden, EveryTpOverInt8CachesGivesTheLogitsOfTp1) {
+// --quant-policy 8 and 4 reach every rank: over quantized caches the ranks
+// give the logits of one rank over its quantized cache (within a code step's
+// worth: a k an ulp apart may round to the next code), and not those of
+// 16-bit caches.
+TEST_P(engineTpGolden, EveryTpOverQuantizedCachesGivesTheLogitsOfTp1) {
   const std::filesystem::path dir = GetParam();
   nlohmann::json expected = nlohmann::json::parse(std::ifstream(dir / "expected.json"));
   const auto prompt = expected["prompt_ids"].get<std::vector<int32_t>>();
@@ -166,20 +167,25 @@ TEST_P(engineTpGolden, EveryTpOverInt8CachesGivesTheLogitsOfTp1) {
     auto executor = make_executor(model, tp, num_blocks, block_size, format);
     return greedy_run(*executor, prompt, new_tokens, num_blocks, full_recompute);
   };
-  const GreedyRun reference = run_at(1, backend::KvCacheFormat::kInt8);
-  for (int tp : {2, 4}) {
-    if (!tp_splits(model.spec, tp)) continue;
-    const std::string what = dir.filename().string() + " tp " + std::to_string(tp) + " int8";
-    const GreedyRun int8 = run_at(tp, backend::KvCacheFormat::kInt8);
-    const GreedyRun plain = run_at(tp, backend::KvCacheFormat::kCompute);
-    double int8_gap = 0.0, plain_gap = 0.0;
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      const auto& want = reference.logits[i];
-      int8_gap = std::max(int8_gap, testing::compare(int8.logits[i].data(), want.data(), want.size()).max_abs);
-      plain_gap = std::max(plain_gap, testing::compare(plain.logits[i].data(), want.data(), want.size()).max_abs);
+  for (auto format : {backend::KvCacheFormat::kInt8, backend::KvCacheFormat::kInt4}) {
+    const GreedyRun reference = run_at(1, format);
+    for (int tp : {2, 4}) {
+      if (!tp_splits(model.spec, tp)) continue;
+      const std::string what = dir.filename().string() + " tp " + std::to_string(tp) + " " +
+                               backend::kv_cache_format_name(format);
+      const GreedyRun quantized = run_at(tp, format);
+      const GreedyRun plain = run_at(tp, backend::KvCacheFormat::kCompute);
+      double quantized_gap = 0.0, plain_gap = 0.0;
+      for (size_t i = 0; i < prompt.size(); ++i) {
+        const auto& want = reference.logits[i];
+        quantized_gap =
+            std::max(quantized_gap, testing::compare(quantized.logits[i].data(), want.data(), want.size()).max_abs);
+        plain_gap = std::max(plain_gap, testing::compare(plain.logits[i].data(), want.data(), want.size()).max_abs);
+      }
+      // A code step of 4 bits is 17 times 8 bits'.
+      EXPECT_LE(quantized_gap, format == backend::KvCacheFormat::kInt8 ? 1e-2 : 0.17) << what;
+      EXPECT_GT(plain_gap, 5 * quantized_gap + 1e-3) << what << ": 16-bit caches give the same logits";
     }
-    EXPECT_LE(int8_gap, 1e-2) << what;
-    EXPECT_GT(plain_gap, 5 * int8_gap + 1e-3) << what << ": 16-bit caches give the same logits";
   }
 }
 

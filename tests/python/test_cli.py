@@ -141,15 +141,16 @@ def test_unknown_flag_and_bad_value_are_usage_errors(tessera_bin, demo_dir):
     assert result.returncode != 0 and "LOUD" in result.stderr
 
 
-def test_bench_ops_and_engine_time_an_int8_kv_cache_on_the_cpu(tessera_bin):
-    # --quant-policy 8 reaches the caches these benchmarks allocate: the ops
-    # table names its attention rows, the engine line its cache.
+@pytest.mark.parametrize("bits", ["8", "4"])
+def test_bench_ops_and_engine_time_a_quantized_kv_cache_on_the_cpu(tessera_bin, bits):
+    # --quant-policy 8 and 4 reach the caches these benchmarks allocate: the
+    # ops table names its attention rows, the engine line its cache.
     ops = run(tessera_bin, "bench", "ops", "--random", "100m", "--device", "cpu", "--contexts", "64", "--repeats",
-              "1", "--skip-forward", "--quant-policy", "8")
-    assert "decode attention 64 int8" in ops.stdout, ops.stdout
+              "1", "--skip-forward", "--quant-policy", bits)
+    assert f"decode attention 64 int{bits}" in ops.stdout, ops.stdout
     engine = run(tessera_bin, "bench", "engine", "--random", "100m", "--device", "cpu", "--batch", "2",
-                 "--prompt-tokens", "8", "--new-tokens", "4", "--skip-single", "--quant-policy", "8")
-    assert "KV cache in int8" in engine.stdout and "output tokens/s" in engine.stdout, engine.stdout
+                 "--prompt-tokens", "8", "--new-tokens", "4", "--skip-single", "--quant-policy", bits)
+    assert f"KV cache in int{bits}" in engine.stdout and "output tokens/s" in engine.stdout, engine.stdout
 
 
 def test_bench_attention_prints_its_table_on_the_cpu(tessera_bin):

@@ -55,7 +55,6 @@ def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
     (["--model-format", "fp8"], "--model-format fp8 is not supported yet"),
     (["--model-format", "gptq"], "declares no GPTQ quantization_config"),
     (["--model-format", "awq"], "declares no AWQ quantization_config"),
-    (["--quant-policy", "4"], "--quant-policy 4"),
     (["--nnodes", "2"], "--tp 1 does not split over --nnodes 2"),
     (["--tp", "3", "--backend", "cpu"], "tensor-parallel sizes that work"),
 ])
@@ -146,17 +145,17 @@ def test_rope_scaling_factor_takes_effect_past_the_trained_context(tessera_bin, 
 
 
 def kv_blocks(log):
-    match = re.search(r"KV cache(?: \(int8\))? +\S+ GiB +(\d+) blocks x", log)
+    match = re.search(r"KV cache(?: \(int[48]\))? +\S+ GiB +(\d+) blocks x", log)
     assert match, log
     return int(match.group(1))
 
 
-def test_quant_policy_8_serves_from_an_int8_kv_cache_with_more_blocks(tessera_bin, demo_dir, tmp_path):
-    # The demo model's KV rows are 32 f32 values on the CPU (128 bytes) and
-    # 32 codes plus a scale and zero in int8 (40 bytes): the same memory holds
-    # 3.2 times the blocks.
+def test_quant_policy_8_and_4_serve_from_a_quantized_kv_cache_with_more_blocks(tessera_bin, demo_dir, tmp_path):
+    # The demo model's KV rows are 32 f32 values on the CPU (128 bytes), 32
+    # codes plus a scale and zero in int8 (40 bytes) and in int4 (24 bytes):
+    # the same memory holds 3.2 and 5.3 times the blocks.
     blocks = {}
-    for name, extra in [("plain", []), ("int8", ["--quant-policy", "8"])]:
+    for name, extra in [("plain", []), ("int8", ["--quant-policy", "8"]), ("int4", ["--quant-policy", "4"])]:
         server = Server(tessera_bin, demo_dir, tmp_path / f"{name}.log", "--backend", "cpu",
                         "--cache-max-entry-count", "0.001", *extra)
         try:
@@ -166,9 +165,11 @@ def test_quant_policy_8_serves_from_an_int8_kv_cache_with_more_blocks(tessera_bi
         finally:
             assert server.stop() == 0
         blocks[name] = kv_blocks(log)
-        assert ("--quant-policy 8: the KV cache holds 8-bit codes" in log) == bool(extra)
-        assert ("KV cache (int8)" in log) == bool(extra)  # the memory plan's table says which
+        bits = name[3:]
+        assert (f"--quant-policy {bits}: the KV cache holds {bits}-bit codes" in log) == bool(extra)
+        assert (f"KV cache ({name})" in log) == bool(extra)  # the memory plan's table says which
     assert 2.5 < blocks["int8"] / blocks["plain"] < 4.0, blocks
+    assert 4.5 < blocks["int4"] / blocks["plain"] < 6.0, blocks
 
 
 def test_check_env_reports_the_machine_and_the_choice(tessera_bin):

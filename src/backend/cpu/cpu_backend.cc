@@ -111,7 +111,8 @@ class CpuBackend final : public Backend {
     const int64_t qkv_size = (num_heads + 2 * num_kv_heads) * head_dim;
     expect_shape(qkv, {batch.num_tokens(), qkv_size}, "qkv");
     TESSERA_CHECK(static_cast<int64_t>(inv_freq.size()) == batch.num_seqs() * head_dim / 2);
-    const bool quantized = cache.quantized();
+    const int bits = cache.code_bits();  // 0: the cache holds f32
+    const int64_t row_bytes = head_dim * bits / 8;
     // One parallel region over every new token (not one per sequence): a
     // decode step of many sequences would otherwise pay a fork/join each.
     const std::vector<int32_t> token_seq = token_sequences(batch);
@@ -130,11 +131,11 @@ class CpuBackend final : public Backend {
         const int64_t cache_row = (block * num_kv_heads + h) * block_size + position % block_size;
         const float* key = row + (num_heads + h) * head_dim;
         const float* value = row + (num_heads + num_kv_heads + h) * head_dim;
-        if (quantized) {
-          cpu::quantize_row_int8(key, head_dim, cache.keys.data<uint8_t>() + cache_row * head_dim,
-                                 cache.key_params.data<float>() + cache_row * 2);
-          cpu::quantize_row_int8(value, head_dim, cache.values.data<uint8_t>() + cache_row * head_dim,
-                                 cache.value_params.data<float>() + cache_row * 2);
+        if (bits != 0) {
+          cpu::quantize_row(key, head_dim, bits, cache.keys.data<uint8_t>() + cache_row * row_bytes,
+                            cache.key_params.data<float>() + cache_row * 2);
+          cpu::quantize_row(value, head_dim, bits, cache.values.data<uint8_t>() + cache_row * row_bytes,
+                            cache.value_params.data<float>() + cache_row * 2);
         } else {
           std::copy_n(key, head_dim, cache.keys.data<float>() + cache_row * head_dim);
           std::copy_n(value, head_dim, cache.values.data<float>() + cache_row * head_dim);
@@ -161,9 +162,9 @@ class CpuBackend final : public Backend {
         const float* q = qkv.data<float>() + t * qkv_size + h * head_dim;
         float* o = out.data<float>() + (t * num_heads + h) * head_dim;
         if (cache.quantized()) {
-          cpu::attend_one_int8(q, cache.keys.data<uint8_t>(), cache.key_params.data<float>(),
-                               cache.values.data<uint8_t>(), cache.value_params.data<float>(), table, num_kv_heads,
-                               h / group, block_size, head_dim, first, last, o);
+          cpu::attend_one_quantized(q, cache.code_bits(), cache.keys.data<uint8_t>(), cache.key_params.data<float>(),
+                                    cache.values.data<uint8_t>(), cache.value_params.data<float>(), table,
+                                    num_kv_heads, h / group, block_size, head_dim, first, last, o);
         } else {
           cpu::attend_one(q, cache.keys.data<float>(), cache.values.data<float>(), table, num_kv_heads, h / group,
                           block_size, head_dim, first, last, o);

@@ -143,10 +143,12 @@ void attend_one(const float* q, const float* k_cache, const float* v_cache, cons
          [&](int64_t p) { return row(v_cache, p); }, out);
 }
 
-void attend_one_int8(const float* q, const uint8_t* k_codes, const float* k_params, const uint8_t* v_codes,
-                     const float* v_params, const int32_t* block_table, int64_t num_kv_heads, int64_t kv_head,
-                     int64_t block_size, int64_t head_dim, int64_t first, int64_t last, float* out) {
+void attend_one_quantized(const float* q, int bits, const uint8_t* k_codes, const float* k_params,
+                          const uint8_t* v_codes, const float* v_params, const int32_t* block_table,
+                          int64_t num_kv_heads, int64_t kv_head, int64_t block_size, int64_t head_dim, int64_t first,
+                          int64_t last, float* out) {
   std::vector<float> k(static_cast<size_t>(head_dim)), v(static_cast<size_t>(head_dim));
+  const int64_t row_bytes = head_dim * bits / 8;
   auto row = [&](int64_t position) {
     int64_t block = block_table[position / block_size];
     return (block * num_kv_heads + kv_head) * block_size + position % block_size;
@@ -154,29 +156,38 @@ void attend_one_int8(const float* q, const uint8_t* k_codes, const float* k_para
   attend(
       q, head_dim, first, last,
       [&](int64_t p) {
-        dequantize_row_int8(k_codes + row(p) * head_dim, k_params + row(p) * 2, head_dim, k.data());
+        dequantize_row(k_codes + row(p) * row_bytes, k_params + row(p) * 2, head_dim, bits, k.data());
         return k.data();
       },
       [&](int64_t p) {
-        dequantize_row_int8(v_codes + row(p) * head_dim, v_params + row(p) * 2, head_dim, v.data());
+        dequantize_row(v_codes + row(p) * row_bytes, v_params + row(p) * 2, head_dim, bits, v.data());
         return v.data();
       },
       out);
 }
 
-void quantize_row_int8(const float* x, int64_t n, uint8_t* codes, float* params) {
+void quantize_row(const float* x, int64_t n, int bits, uint8_t* codes, float* params) {
+  const float levels = static_cast<float>((1 << bits) - 1);
   const auto [low, high] = std::minmax_element(x, x + n);
-  const float zero = *low, scale = (*high - *low) / 255.0f;
-  for (int64_t i = 0; i < n; ++i) {
+  const float zero = *low, scale = (*high - *low) / levels;
+  auto code_of = [&](int64_t i) {
     const float code = scale > 0.0f ? std::nearbyint((x[i] - zero) / scale) : 0.0f;
-    codes[i] = static_cast<uint8_t>(std::clamp(code, 0.0f, 255.0f));
+    return static_cast<uint8_t>(std::clamp(code, 0.0f, levels));
+  };
+  if (bits == 8) {
+    for (int64_t i = 0; i < n; ++i) codes[i] = code_of(i);
+  } else {
+    for (int64_t i = 0; i < n; i += 2) codes[i / 2] = static_cast<uint8_t>(code_of(i) | code_of(i + 1) << 4);
   }
   params[0] = scale;
   params[1] = zero;
 }
 
-void dequantize_row_int8(const uint8_t* codes, const float* params, int64_t n, float* x) {
-  for (int64_t i = 0; i < n; ++i) x[i] = std::fmaf(static_cast<float>(codes[i]), params[0], params[1]);
+void dequantize_row(const uint8_t* codes, const float* params, int64_t n, int bits, float* x) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int code = bits == 8 ? codes[i] : (codes[i / 2] >> (4 * (i % 2))) & 0xF;
+    x[i] = std::fmaf(static_cast<float>(code), params[0], params[1]);
+  }
 }
 
 void silu_mul(const float* gate_up, int64_t n, int64_t inter, float* out) {

@@ -37,19 +37,23 @@ void attend_one(const float* q, const float* k_cache, const float* v_cache, cons
                 int64_t num_kv_heads, int64_t kv_head, int64_t block_size, int64_t head_dim, int64_t first,
                 int64_t last, float* out);
 
-// Causal attention of one query head over an 8-bit cache (paged_kv.h):
-//   k_codes/v_codes [num_blocks, num_kv_heads, block_size, head_dim],
+// Causal attention of one query head over a quantized cache (paged_kv.h) of
+// `bits`-bit codes (8 or 4):
+//   k_codes/v_codes [num_blocks, num_kv_heads, block_size, head_dim · bits / 8] bytes,
 //   k_params/v_params [num_blocks, num_kv_heads, block_size, 2] (scale, zero);
 // the rest as attend_one. Each row is dequantized to f32 first.
-void attend_one_int8(const float* q, const uint8_t* k_codes, const float* k_params, const uint8_t* v_codes,
-                     const float* v_params, const int32_t* block_table, int64_t num_kv_heads, int64_t kv_head,
-                     int64_t block_size, int64_t head_dim, int64_t first, int64_t last, float* out);
+void attend_one_quantized(const float* q, int bits, const uint8_t* k_codes, const float* k_params,
+                          const uint8_t* v_codes, const float* v_params, const int32_t* block_table,
+                          int64_t num_kv_heads, int64_t kv_head, int64_t block_size, int64_t head_dim, int64_t first,
+                          int64_t last, float* out);
 
-// One row x [n] as 8-bit codes [n] and params [2] = (scale, zero):
-// scale = (max - min) / 255, zero = min, code = rint((x - zero) / scale), 0 where scale is 0.
-void quantize_row_int8(const float* x, int64_t n, uint8_t* codes, float* params);
+// One row x [n] as `bits`-bit codes (8: a byte each; 4: two a byte, element
+// 2i in the low nibble, n even) and params [2] = (scale, zero), with
+// L = 2^bits - 1: scale = (max - min) / L, zero = min,
+// code = rint((x - zero) / scale) clamped to [0, L], 0 where scale is 0.
+void quantize_row(const float* x, int64_t n, int bits, uint8_t* codes, float* params);
 // x [n] = code · scale + zero.
-void dequantize_row_int8(const uint8_t* codes, const float* params, int64_t n, float* x);
+void dequantize_row(const uint8_t* codes, const float* params, int64_t n, int bits, float* x);
 
 // out [n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]
 void silu_mul(const float* gate_up, int64_t n, int64_t inter, float* out);

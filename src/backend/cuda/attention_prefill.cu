@@ -9,8 +9,9 @@
 // kernel re-reads them per query), and runs an online softmax per query in
 // f32, rescaling the accumulator only when the running maximum grows.
 // Scalar FMA: the kernel for f32, for head dims other than 64 and 128 and for
-// images older than compute_80 (with C = uint8_t over 8-bit caches too, each
-// row dequantized with its scale and zero as it is staged); elsewhere the
+// images older than compute_80 (with C = uint8_t or Nibbles over 8- or 4-bit
+// caches too, each row dequantized with its scale and zero as it is staged;
+// kv_codes.cuh); elsewhere the
 // launcher hands the work to the tensor-core twin (attention_prefill_mma.cu),
 // which this kernel and the CPU twin judge.
 #include <cmath>
@@ -19,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_codes.cuh"
 #include "backend/cuda/prefill_kernel_choice.h"
 #include "core/error.h"
 
@@ -28,21 +30,29 @@ namespace {
 
 constexpr int kQueriesPerTile = 64;
 
-// Elements at..at+3 of cache row `row` as f32: T values, or 8-bit codes times
-// the row's scale plus its zero (cpu::dequantize_row_int8's fmaf).
+// Elements at..at+3 of cache row `row` as f32: T values, or codes times the
+// row's scale plus its zero (cpu::dequantize_row's fmaf).
 template <typename C>
 __device__ __forceinline__ float4 load_four(const C* cache, const float2* params, int64_t row, int64_t at) {
-  if constexpr (std::is_same_v<C, uint8_t>) {
+  if constexpr (sizeof(C) == 1) {
     const float2 p = params[row];
-    return make_float4(fmaf(cache[at], p.x, p.y), fmaf(cache[at + 1], p.x, p.y), fmaf(cache[at + 2], p.x, p.y),
-                       fmaf(cache[at + 3], p.x, p.y));
+    float c[4];
+    if constexpr (std::is_same_v<C, Nibbles>) {
+      const uint32_t codes = *static_cast<const uint16_t*>(element_address(cache, at));  // at: a multiple of 4
+#pragma unroll
+      for (int i = 0; i < 4; ++i) c[i] = code_at(codes, i);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) c[i] = cache[at + i];
+    }
+    return make_float4(fmaf(c[0], p.x, p.y), fmaf(c[1], p.x, p.y), fmaf(c[2], p.x, p.y), fmaf(c[3], p.x, p.y));
   } else {
     return make_float4(to_float(cache[at]), to_float(cache[at + 1]), to_float(cache[at + 2]),
                        to_float(cache[at + 3]));
   }
 }
 
-// C: the cache's element type (T, or uint8_t codes with k_params/v_params).
+// C: the cache's element type (T, or uint8_t or Nibbles codes with k_params/v_params).
 template <typename T, typename C, int kHeadDim>
 __global__ void prefill_attention_kernel(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
                                          const int32_t* tile_first, const int32_t* tile_count,
@@ -201,20 +211,27 @@ void launch_prefill_attention(const T* qkv, const int32_t* positions, const int3
 }
 
 template <typename T>
-void launch_prefill_attention_int8(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
-                                   const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
-                                   const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
-                                   int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
-                                   const Int8KvLayer& cache, T* out, cudaStream_t stream) {
+void launch_prefill_attention_quantized(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
+                                        const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
+                                        const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
+                                        int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
+                                        const QuantizedKvLayer& cache, T* out, cudaStream_t stream) {
   if (num_tiles == 0) return;
   if constexpr (!std::is_same_v<T, float>) {
     const DType dtype = std::is_same_v<T, __half> ? DType::kF16 : DType::kBF16;
     if (use_tensor_core_prefill(dtype, head_dim, prefill_attention_mma_image_arch<T>(head_dim))) {
-      launch_prefill_attention_mma_int8<T>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
-                                           max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window, cache,
-                                           out, stream);
+      launch_prefill_attention_mma_quantized<T>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles,
+                                                block_tables, max_blocks_per_seq, heads, kv_heads, head_dim,
+                                                block_size, window, cache, out, stream);
       return;
     }
+  }
+  if (cache.bits == 4) {
+    return launch_scalar<T, Nibbles>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
+                                     max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window,
+                                     reinterpret_cast<const Nibbles*>(cache.k_codes),
+                                     reinterpret_cast<const Nibbles*>(cache.v_codes), cache.k_params,
+                                     cache.v_params, out, stream);
   }
   launch_scalar<T, uint8_t>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
                             max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window, cache.k_codes,
@@ -225,10 +242,10 @@ void launch_prefill_attention_int8(const T* qkv, const int32_t* positions, const
   template void launch_prefill_attention<T>(const T*, const int32_t*, const int32_t*, const int32_t*,            \
                                             const int32_t*, int64_t, const int32_t*, int32_t, int64_t, int64_t,  \
                                             int64_t, int64_t, int64_t, const T*, const T*, T*, cudaStream_t);     \
-  template void launch_prefill_attention_int8<T>(const T*, const int32_t*, const int32_t*, const int32_t*,       \
-                                                 const int32_t*, int64_t, const int32_t*, int32_t, int64_t,      \
-                                                 int64_t, int64_t, int64_t, int64_t, const Int8KvLayer&, T*,     \
-                                                 cudaStream_t);
+  template void launch_prefill_attention_quantized<T>(const T*, const int32_t*, const int32_t*, const int32_t*, \
+                                                      const int32_t*, int64_t, const int32_t*, int32_t, int64_t,  \
+                                                      int64_t, int64_t, int64_t, int64_t, const QuantizedKvLayer&, \
+                                                      T*, cudaStream_t);
 TESSERA_FOR_EACH_CUDA_TYPE(INSTANTIATE)
 #undef INSTANTIATE
 

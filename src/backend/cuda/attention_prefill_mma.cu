@@ -23,12 +23,12 @@
 // shared memory are padded by 16 bytes so ldmatrix's eight row reads fall in
 // different banks.
 //
-// An 8-bit cache (--quant-policy 8) takes the same kernel with C = uint8_t:
-// each 8-code piece of a row is loaded with the row's (scale, zero) and
-// dequantized into 16 bits as it is stored into shared memory (plain loads
-// and stores where 16-bit rows take cp.async: the next tile's loads no longer
-// overlap this one's products).
-//
+// A quantized cache takes the same kernel with C = uint8_t (--quant-policy 8)
+// or Nibbles (--quant-policy 4; kv_codes.cuh): each 8-code piece of a row is
+// loaded with the row's (scale, zero) and dequantized into 16 bits as it is
+// stored into shared memory (plain loads and stores where 16-bit rows take
+// cp.async: the next tile's loads no longer overlap this one's products).
+
 // mma.sync with bf16 needs sm_80: the kernel body exists only in images built
 // for compute_80 or newer, and the launcher is never called on older images
 // (prefill_kernel_choice.cc asks the loaded image first).
@@ -45,6 +45,7 @@
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_codes.cuh"
 #include "core/error.h"
 
 namespace tessera::backend::cuda {
@@ -111,18 +112,18 @@ __device__ __forceinline__ uint32_t pack2<__half>(float low, float high) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// Eight codes times the row's scale plus its zero (cpu::dequantize_row_int8's
-// fmaf), rounded to T: one 16-byte piece of a shared row.
-template <typename T>
-__device__ __forceinline__ uint4 dequantize8(uint2 codes, float2 params) {
-  const uint8_t* c = reinterpret_cast<const uint8_t*>(&codes);
-  auto at = [&](int i) { return fmaf(static_cast<float>(c[i]), params.x, params.y); };
+// Eight codes (uint2: 8-bit, uint32_t: 4-bit) times the row's scale plus its
+// zero (cpu::dequantize_row's fmaf), rounded to T: one 16-byte piece of a
+// shared row.
+template <typename T, typename Codes>
+__device__ __forceinline__ uint4 dequantize8(Codes codes, float2 params) {
+  auto at = [&](int i) { return fmaf(code_at(codes, i), params.x, params.y); };
   return make_uint4(pack2<T>(at(0), at(1)), pack2<T>(at(2), at(3)), pack2<T>(at(4), at(5)), pack2<T>(at(6), at(7)));
 }
 
 #endif  // __CUDA_ARCH__ >= 800
 
-// C: the cache's element type, T or uint8_t (codes; k_params/v_params then
+// C: the cache's element type, T or uint8_t or Nibbles (codes; k_params/v_params
 // hold each row's (scale, zero)).
 template <typename T, typename C, int kHeadDim, int kWarps, int kStages, int kM, int kKeys>
 __global__ void __launch_bounds__(32 * kWarps)
@@ -209,12 +210,13 @@ __global__ void __launch_bounds__(32 * kWarps)
       int64_t row = 0;
       if (inside) row = (int64_t(table[p / block_size]) * kv_heads + kv) * block_size + p % block_size;
       const int64_t offset = row * kHeadDim + c * 8;
-      if constexpr (std::is_same_v<C, uint8_t>) {
-        uint2 k_codes = make_uint2(0, 0), v_codes = k_codes;
+      if constexpr (sizeof(C) == 1) {
+        using Codes = std::conditional_t<kElementBits<C> == 4, uint32_t, uint2>;  // 8 codes
+        Codes k_codes{}, v_codes{};
         float2 k_pair = make_float2(0.0f, 0.0f), v_pair = k_pair;  // rows past the end: zeros
         if (inside) {
-          k_codes = *reinterpret_cast<const uint2*>(k_cache + offset);
-          v_codes = *reinterpret_cast<const uint2*>(v_cache + offset);
+          k_codes = *static_cast<const Codes*>(element_address(k_cache, offset));
+          v_codes = *static_cast<const Codes*>(element_address(v_cache, offset));
           k_pair = k_params[row];
           v_pair = v_params[row];
         }
@@ -471,11 +473,19 @@ void launch_prefill_attention_mma(const T* qkv, const int32_t* positions, const 
 }
 
 template <typename T>
-void launch_prefill_attention_mma_int8(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
-                                       const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
-                                       const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
-                                       int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
-                                       const Int8KvLayer& cache, T* out, cudaStream_t stream) {
+void launch_prefill_attention_mma_quantized(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
+                                            const int32_t* tile_first, const int32_t* tile_count,
+                                            int64_t num_tiles, const int32_t* block_tables,
+                                            int32_t max_blocks_per_seq, int64_t heads, int64_t kv_heads,
+                                            int64_t head_dim, int64_t block_size, int64_t window,
+                                            const QuantizedKvLayer& cache, T* out, cudaStream_t stream) {
+  if (cache.bits == 4) {
+    return launch_head_dim<T, Nibbles>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
+                                       max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window,
+                                       reinterpret_cast<const Nibbles*>(cache.k_codes),
+                                       reinterpret_cast<const Nibbles*>(cache.v_codes), cache.k_params,
+                                       cache.v_params, out, stream);
+  }
   launch_head_dim<T, uint8_t>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
                               max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window, cache.k_codes,
                               cache.v_codes, cache.k_params, cache.v_params, out, stream);
@@ -494,10 +504,10 @@ int prefill_attention_mma_image_arch(int64_t head_dim) {
   template void launch_prefill_attention_mma<T>(const T*, const int32_t*, const int32_t*, const int32_t*,          \
                                                 const int32_t*, int64_t, const int32_t*, int32_t, int64_t, int64_t, \
                                                 int64_t, int64_t, int64_t, const T*, const T*, T*, cudaStream_t);   \
-  template void launch_prefill_attention_mma_int8<T>(const T*, const int32_t*, const int32_t*, const int32_t*,     \
-                                                     const int32_t*, int64_t, const int32_t*, int32_t, int64_t,    \
-                                                     int64_t, int64_t, int64_t, int64_t, const Int8KvLayer&, T*,   \
-                                                     cudaStream_t);                                                \
+  template void launch_prefill_attention_mma_quantized<T>(const T*, const int32_t*, const int32_t*,                \
+                                                          const int32_t*, const int32_t*, int64_t, const int32_t*, \
+                                                          int32_t, int64_t, int64_t, int64_t, int64_t, int64_t,    \
+                                                          const QuantizedKvLayer&, T*, cudaStream_t);              \
   template int prefill_attention_mma_image_arch<T>(int64_t);
 INSTANTIATE(__half)
 INSTANTIATE(__nv_bfloat16)

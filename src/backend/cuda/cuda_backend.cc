@@ -298,30 +298,31 @@ class CudaBackend final : public Backend {
     expect_prepared(batch);
     upload_inv_freq(inv_freq);
     if (staging_) return;
-    const bool int8 = cache.quantized();
+    const bool quantized = cache.quantized();
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
-      // An 8-bit cache: rotated in place here, quantized into the cache by the next kernel.
+      // A quantized cache: rotated in place here, quantized into the cache by the next kernel.
       cuda::launch_rope_cache_write<T>(ptr<T>(qkv), positions_, token_seq_, inv_freq_, attention_scaling,
                                        block_tables_, batch.max_blocks_per_seq, batch.num_tokens(), num_heads,
                                        cache.keys.dim(1), cache.keys.dim(3), block_size,
-                                       int8 ? nullptr : ptr<T>(cache.keys), int8 ? nullptr : ptr<T>(cache.values),
-                                       stream_);
-      if (int8) {
-        cuda::launch_int8_cache_write<T>(ptr<T>(qkv), positions_, token_seq_, block_tables_,
-                                         batch.max_blocks_per_seq, batch.num_tokens(), num_heads, cache.keys.dim(1),
-                                         cache.keys.dim(3), block_size, int8_layer(cache), stream_);
+                                       quantized ? nullptr : ptr<T>(cache.keys),
+                                       quantized ? nullptr : ptr<T>(cache.values), stream_);
+      if (quantized) {
+        cuda::launch_quantized_cache_write<T>(ptr<T>(qkv), positions_, token_seq_, block_tables_,
+                                              batch.max_blocks_per_seq, batch.num_tokens(), num_heads,
+                                              cache.keys.dim(1), cache.keys.dim(3), block_size,
+                                              quantized_layer(cache), stream_);
       }
     });
   }
 
-  static cuda::Int8KvLayer int8_layer(const PagedKvLayer& cache) {
+  static cuda::QuantizedKvLayer quantized_layer(const PagedKvLayer& cache) {
     return {ptr<uint8_t>(cache.keys), ptr<uint8_t>(cache.values), ptr<float2>(cache.key_params),
-            ptr<float2>(cache.value_params)};
+            ptr<float2>(cache.value_params), cache.code_bits()};
   }
 
   // Steps of decode tokens only rotate inside the split-K kernel (one kernel
-  // fewer a layer); others, and every step over an 8-bit cache, run the two ops.
+  // fewer a layer); others, and every step over a quantized cache, run the two ops.
   void rope_attention(Tensor& qkv, int64_t num_heads, const std::vector<float>& inv_freq, float attention_scaling,
                       const AttentionBatch& batch, PagedKvLayer& cache, int64_t block_size, Tensor& out) override {
     expect_prepared(batch);
@@ -340,7 +341,7 @@ class CudaBackend final : public Backend {
   void paged_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                        int64_t block_size, Tensor& out) override {
     expect_prepared(batch);
-    if (cache.quantized()) return int8_attention(qkv, num_heads, batch, cache, block_size, out);
+    if (cache.quantized()) return quantized_attention(qkv, num_heads, batch, cache, block_size, out);
     // A step of decode tokens only (one per sequence) takes the split-K kernel;
     // anything with a prefill chunk takes the tiled one.
     if (max_new_tokens_ >= kTiledFrom) {
@@ -645,10 +646,10 @@ class CudaBackend final : public Backend {
     return sm90_device_plan_;
   }
 
-  // Over an 8-bit cache: decode steps by the split-K kernel (whatever
+  // Over a quantized cache: decode steps by the split-K kernel (whatever
   // TESSERA_DECODE_ATTENTION says), the rest by the tiled kernels (tensor
   // cores where the dtype, head_dim and image allow, else the scalar one).
-  void int8_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
+  void quantized_attention(const Tensor& qkv, int64_t num_heads, const AttentionBatch& batch, const PagedKvLayer& cache,
                       int64_t block_size, Tensor& out) {
     if (max_new_tokens_ < kTiledFrom && batch.num_tokens() == batch.num_seqs()) {
       return decode_attention(qkv, num_heads, batch, cache, block_size, out, {});
@@ -656,11 +657,11 @@ class CudaBackend final : public Backend {
     if (staging_) return;
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
-      cuda::launch_prefill_attention_int8<T>(ptr<T>(qkv), positions_, tile_seq_, tile_first_, tile_count_,
-                                             static_cast<int64_t>(tile_seq_host_.size()), block_tables_,
-                                             batch.max_blocks_per_seq, num_heads, cache.keys.dim(1),
-                                             cache.keys.dim(3), block_size, batch.sliding_window, int8_layer(cache),
-                                             ptr<T>(out), stream_);
+      cuda::launch_prefill_attention_quantized<T>(ptr<T>(qkv), positions_, tile_seq_, tile_first_, tile_count_,
+                                                  static_cast<int64_t>(tile_seq_host_.size()), block_tables_,
+                                                  batch.max_blocks_per_seq, num_heads, cache.keys.dim(1),
+                                                  cache.keys.dim(3), block_size, batch.sliding_window,
+                                                  quantized_layer(cache), ptr<T>(out), stream_);
     });
   }
 
@@ -693,9 +694,10 @@ class CudaBackend final : public Backend {
     dispatch(compute_dtype_, [&](auto tag) {
       using T = decltype(tag);
       if (cache.quantized()) {
-        cuda::launch_decode_attention_int8<T>(ptr<T>(qkv), positions_, block_tables_, batch.max_blocks_per_seq,
-                                              seqs, num_heads, kv_heads, head_dim, block_size, batch.sliding_window,
-                                              splits, int8_layer(cache), partial, arrivals, ptr<T>(out), stream_);
+        cuda::launch_decode_attention_quantized<T>(ptr<T>(qkv), positions_, block_tables_,
+                                                   batch.max_blocks_per_seq, seqs, num_heads, kv_heads, head_dim,
+                                                   block_size, batch.sliding_window, splits, quantized_layer(cache),
+                                                   partial, arrivals, ptr<T>(out), stream_);
         return;
       }
       cuda::launch_decode_attention<T>(ptr<T>(qkv), positions_, block_tables_, batch.max_blocks_per_seq, seqs,

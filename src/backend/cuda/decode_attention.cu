@@ -40,11 +40,13 @@
 // Every length is read from device memory (positions), never from the launch,
 // so a captured CUDA graph stays right while sequences grow: blocks past a
 // sequence's pieces return at once.
-// An 8-bit cache (--quant-policy 8) takes the same kernel with C = uint8_t:
-// 8-byte loads of 8 codes (a lane holds as many elements as with 16-bit rows,
-// so the registers stay those of the 16-bit kernel), each row's (scale, zero)
-// loaded with it, dequantized before the dot product; RoPE is not fused there
-// (the step's rows are written by their own kernel first).
+// A quantized cache takes the same kernel with C = uint8_t (--quant-policy
+// 8: 8-byte loads of 8 codes) or C = Nibbles (--quant-policy 4: 4-byte loads
+// of 8 codes; kv_codes.cuh): a lane holds as many elements as with 16-bit
+// rows, so the registers stay those of the 16-bit kernel; each row's (scale,
+// zero) is loaded with it and the codes dequantized before the dot product;
+// RoPE is not fused there (the step's rows are written by their own kernel
+// first).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -57,6 +59,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/cuda_types.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_codes.cuh"
 #include "core/error.h"
 
 namespace tessera::backend::cuda {
@@ -82,11 +85,12 @@ constexpr int pow2_ceil(int v) {
   return p;
 }
 
-// C: the cache's element type (the compute type, or uint8_t codes).
+// C: the cache's element type (the compute type, or uint8_t or Nibbles codes).
 template <typename C, int kHeadDim>
 struct Layout {
   static constexpr bool kCodes = sizeof(C) == 1;
-  using Load = std::conditional_t<kCodes, uint2, uint4>;                 // 8 codes, or 16 bytes of C
+  // 8 codes (8 or 4 bytes), or 16 bytes of C
+  using Load = std::conditional_t<kCodes, std::conditional_t<kElementBits<C> == 4, uint32_t, uint2>, uint4>;
   static constexpr int kVec = kCodes ? 8 : 16 / static_cast<int>(sizeof(C));  // elements per load
   static constexpr int kChunks = kHeadDim / kVec;                         // loads per row
   static constexpr int kLanes = kChunks >= 32 ? 32 : pow2_ceil(kChunks);  // lanes per row (some idle for 96)
@@ -95,25 +99,22 @@ struct Layout {
   static constexpr int kRowsPerWarp = 32 / kLanes;
   static constexpr int kRowGroups = kDecodeWarps * kRowsPerWarp;
   static_assert(kHeadDim % kVec == 0, "a row must be whole loads");
+  // Chunk `chunk` of cache row `row`.
+  static __device__ __forceinline__ const Load* load_at(const C* cache, int64_t row, int chunk) {
+    return static_cast<const Load*>(element_address(cache, row * kHeadDim + chunk * kVec));
+  }
 };
 
 // One load of a cache row as f32: 16-bit or f32 values (to_floats), or 8
-// codes times the row's scale plus its zero (cpu::dequantize_row_int8's fmaf).
+// codes times the row's scale plus its zero (cpu::dequantize_row's fmaf).
 template <typename C>
 __device__ __forceinline__ void cache_floats(const uint4& v, float* f, float2, C tag) {
   to_floats(v, f, tag);
 }
-// A code becomes a float as the low byte of 2^23's mantissa, less 2^23 (exact):
-// a byte permute and an add, where a conversion instruction runs at a quarter
-// of their rate and the 8-bit kernel is bound by its per-row work.
-__device__ __forceinline__ void cache_floats(const uint2& v, float* f, float2 params, uint8_t) {
-  constexpr uint32_t kTwo23 = 0x4B000000u;  // 2^23 as a float's bits
+template <typename Codes, typename C>
+__device__ __forceinline__ void cache_floats(const Codes& v, float* f, float2 params, C) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t word = i < 4 ? v.x : v.y;
-    const float code = __uint_as_float(__byte_perm(word, kTwo23, 0x7440u | (i % 4))) - 8388608.0f;
-    f[i] = fmaf(code, params.x, params.y);
-  }
+  for (int i = 0; i < 8; ++i) f[i] = fmaf(code_at(v, i), params.x, params.y);
 }
 
 // The key range of sequence `seq`'s new token: [first, last].
@@ -137,7 +138,7 @@ __device__ __forceinline__ int32_t piece_length(int32_t length, int num_splits) 
 // above the GQA group, at most kMaxGroup. Sized for 8 heads whatever the
 // group, the per-lane state took 209 registers (two blocks an SM); for a
 // group of 4 (InternLM2.5-7B) it took 137 (three) on the register path.
-// C: the cache's element type, T or uint8_t (then k_params/v_params hold
+// C: the cache's element type, T or codes (then k_params/v_params hold
 // each row's (scale, zero) and inv_freq is null).
 // kRing: each thread's K/V loads go through a ring of kStages passes in
 // shared memory (cp.async), the next pass's issued before this one's dot
@@ -180,9 +181,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   constexpr int kThreads = kDecodeWarps * 32;
   constexpr bool kUseRing = kRing && kHasCpAsync;
   Load kr[kUnroll][L::kLoads], vr[kUnroll][L::kLoads];
-  float2 kp[kUnroll], vp[kUnroll];  // 8-bit caches: each row's (scale, zero)
+  float2 kp[kUnroll], vp[kUnroll];  // quantized caches: each row's (scale, zero)
 
-  // The ring ([stage][row step][k, v][load][thread] loads, then 8-bit rows'
+  // The ring ([stage][row step][k, v][load][thread] loads, then code rows'
   // [stage][row step][k, v][row group] params, copied by the row's first
   // lane) shares its bytes with the row groups' merge (acc_shared), which
   // begins after the last pass.
@@ -209,8 +210,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   auto copy_async = [](void* dst, const void* src) {
     if constexpr (sizeof(Load) == 16) {
       cp_async_16(shared_address(dst), src, 16);
-    } else {
+    } else if constexpr (sizeof(Load) == 8) {
       cp_async_8(shared_address(dst), src);
+    } else {
+      cp_async_4(shared_address(dst), src);
     }
   };
   // Row u of pass `pass` into the ring's stage, all but position `skip` and
@@ -230,15 +233,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         for (int j = 0; j < L::kLoads; ++j) {
           const int chunk = j * L::kLanes + li;
           if (chunk < L::kChunks) {
-            copy_async(ring_load(stage, u, 0, j), k_cache + row * kHeadDim + chunk * L::kVec);
-            copy_async(ring_load(stage, u, 1, j), v_cache + row * kHeadDim + chunk * L::kVec);
+            copy_async(ring_load(stage, u, 0, j), L::load_at(k_cache, row, chunk));
+            copy_async(ring_load(stage, u, 1, j), L::load_at(v_cache, row, chunk));
           }
         }
       }
     }
     cp_async_commit();
   };
-  // Row u of a pass: its K/V loads (and 8-bit rows' params) from cache row `row`.
+  // Row u of a pass: its K/V loads (and code rows' params) from cache row `row`.
   auto load_row = [&](int u, int64_t row) {
     if constexpr (L::kCodes) {
       kp[u] = k_params[row];
@@ -248,8 +251,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     for (int j = 0; j < L::kLoads; ++j) {
       const int chunk = j * L::kLanes + li;
       if (chunk < L::kChunks) {
-        kr[u][j] = *reinterpret_cast<const Load*>(k_cache + row * kHeadDim + chunk * L::kVec);
-        vr[u][j] = *reinterpret_cast<const Load*>(v_cache + row * kHeadDim + chunk * L::kVec);
+        kr[u][j] = *L::load_at(k_cache, row, chunk);
+        vr[u][j] = *L::load_at(v_cache, row, chunk);
       }
     }
   };
@@ -399,7 +402,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       // The stage refilled is the one the last pass read (into registers,
       // before this point: the fence keeps the compiler from sinking those
       // reads past the copies); then this pass's copies are waited for.
-      // 8-bit rows' params are copied by one lane and read by all the row's:
+      // Code rows' params are copied by one lane and read by all the row's:
       // the warp syncs before that lane refills a stage and after its wait.
       if constexpr (L::kCodes) __syncwarp();
       asm volatile("" ::: "memory");
@@ -692,11 +695,18 @@ void launch_decode_attention(const T* qkv, const int32_t* positions, const int32
 }
 
 template <typename T>
-void launch_decode_attention_int8(const T* qkv, const int32_t* positions, const int32_t* block_tables,
-                                  int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, int64_t block_size, int64_t window, const DecodeSplits& splits,
-                                  const Int8KvLayer& cache, float* partial, int32_t* arrivals, T* out,
-                                  cudaStream_t stream) {
+void launch_decode_attention_quantized(const T* qkv, const int32_t* positions, const int32_t* block_tables,
+                                       int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads,
+                                       int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
+                                       const DecodeSplits& splits, const QuantizedKvLayer& cache, float* partial,
+                                       int32_t* arrivals, T* out, cudaStream_t stream) {
+  if (cache.bits == 4) {
+    return launch_decode<T, Nibbles>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads,
+                                     head_dim, block_size, window, splits,
+                                     reinterpret_cast<Nibbles*>(cache.k_codes),
+                                     reinterpret_cast<Nibbles*>(cache.v_codes), cache.k_params, cache.v_params,
+                                     partial, arrivals, out, stream, DecodeRope{});
+  }
   launch_decode<T, uint8_t>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads, head_dim,
                             block_size, window, splits, cache.k_codes, cache.v_codes, cache.k_params,
                             cache.v_params, partial, arrivals, out, stream, DecodeRope{});
@@ -706,9 +716,10 @@ void launch_decode_attention_int8(const T* qkv, const int32_t* positions, const 
   template void launch_decode_attention<T>(const T*, const int32_t*, const int32_t*, int32_t, int64_t, int64_t,     \
                                            int64_t, int64_t, int64_t, int64_t, const DecodeSplits&, T*, T*, float*,  \
                                            int32_t*, T*, cudaStream_t, const DecodeRope&);                           \
-  template void launch_decode_attention_int8<T>(const T*, const int32_t*, const int32_t*, int32_t, int64_t,         \
-                                                int64_t, int64_t, int64_t, int64_t, int64_t, const DecodeSplits&,    \
-                                                const Int8KvLayer&, float*, int32_t*, T*, cudaStream_t);
+  template void launch_decode_attention_quantized<T>(const T*, const int32_t*, const int32_t*, int32_t, int64_t,    \
+                                                     int64_t, int64_t, int64_t, int64_t, int64_t,                    \
+                                                     const DecodeSplits&, const QuantizedKvLayer&, float*, int32_t*, \
+                                                     T*, cudaStream_t);
 TESSERA_FOR_EACH_CUDA_TYPE(INSTANTIATE)
 #undef INSTANTIATE
 

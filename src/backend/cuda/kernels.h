@@ -48,24 +48,26 @@ void launch_rope_cache_write(T* qkv, const int32_t* positions, const int32_t* to
                              int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t block_size, T* k_cache,
                              T* v_cache, cudaStream_t stream);
 
-// An 8-bit cache layer (backend/paged_kv.h) as the kernels take it.
-//   k_codes/v_codes [blocks, kv_heads, block_size, head_dim] u8
+// A quantized cache layer (backend/paged_kv.h) as the kernels take it.
+//   k_codes/v_codes [blocks, kv_heads, block_size, head_dim · bits / 8] bytes:
+//     8-bit codes, or 4-bit ones two a byte (element 2i in the low nibble)
 //   k_params/v_params [blocks, kv_heads, block_size] (scale, zero) f32 pairs
-struct Int8KvLayer {
+struct QuantizedKvLayer {
   uint8_t* k_codes = nullptr;
   uint8_t* v_codes = nullptr;
   float2* k_params = nullptr;
   float2* v_params = nullptr;
+  int bits = 8;  // 8 or 4
 };
 
-// The cache write of launch_rope_cache_write into an 8-bit cache: each new
-// token's k and v rows of qkv (k already rotated; launch_rope_cache_write
-// with null caches rotates in place) quantized as cpu::quantize_row_int8 does.
+// The cache write of launch_rope_cache_write into a quantized cache: each
+// new token's k and v rows of qkv (k already rotated; launch_rope_cache_write
+// with null caches rotates in place) quantized as cpu::quantize_row does.
 template <typename T>
-void launch_int8_cache_write(const T* qkv, const int32_t* positions, const int32_t* token_seq,
-                             const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t n, int64_t heads,
-                             int64_t kv_heads, int64_t head_dim, int64_t block_size, const Int8KvLayer& cache,
-                             cudaStream_t stream);
+void launch_quantized_cache_write(const T* qkv, const int32_t* positions, const int32_t* token_seq,
+                                  const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t n, int64_t heads,
+                                  int64_t kv_heads, int64_t head_dim, int64_t block_size,
+                                  const QuantizedKvLayer& cache, cudaStream_t stream);
 
 // Causal GQA attention of every new token over keys [max(0, pos - window + 1), pos]
 // of its sequence in the paged cache; window 0 means no window.
@@ -130,25 +132,26 @@ void launch_prefill_attention(const T* qkv, const int32_t* positions, const int3
                               int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
                               const T* k_cache, const T* v_cache, T* out, cudaStream_t stream);
 
-// launch_decode_attention over an 8-bit cache (no fused RoPE: the step's
-// rows are written by launch_int8_cache_write first). Rows are dequantized
-// as they are loaded.
+// launch_decode_attention over a quantized cache (no fused RoPE: the step's
+// rows are written by launch_quantized_cache_write first). Rows are
+// dequantized as they are loaded.
 template <typename T>
-void launch_decode_attention_int8(const T* qkv, const int32_t* positions, const int32_t* block_tables,
-                                  int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, int64_t block_size, int64_t window, const DecodeSplits& splits,
-                                  const Int8KvLayer& cache, float* partial, int32_t* arrivals, T* out,
-                                  cudaStream_t stream);
+void launch_decode_attention_quantized(const T* qkv, const int32_t* positions, const int32_t* block_tables,
+                                       int32_t max_blocks_per_seq, int64_t num_seqs, int64_t heads,
+                                       int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
+                                       const DecodeSplits& splits, const QuantizedKvLayer& cache, float* partial,
+                                       int32_t* arrivals, T* out, cudaStream_t stream);
 
-// launch_prefill_attention over an 8-bit cache, dequantizing each K/V row as
-// it is staged (any step: prefill chunks and decode tokens): the tensor-core
-// kernel where launch_prefill_attention would take it, else the scalar one.
+// launch_prefill_attention over a quantized cache, dequantizing each K/V row
+// as it is staged (any step: prefill chunks and decode tokens): the
+// tensor-core kernel where launch_prefill_attention would take it, else the
+// scalar one.
 template <typename T>
-void launch_prefill_attention_int8(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
-                                   const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
-                                   const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
-                                   int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
-                                   const Int8KvLayer& cache, T* out, cudaStream_t stream);
+void launch_prefill_attention_quantized(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
+                                        const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
+                                        const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
+                                        int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
+                                        const QuantizedKvLayer& cache, T* out, cudaStream_t stream);
 
 // The tensor-core twin of launch_prefill_attention (mma.sync, flash-attention-2
 // style; attention_prefill_mma.cu), for T = __half or __nv_bfloat16 and head_dim
@@ -160,14 +163,15 @@ void launch_prefill_attention_mma(const T* qkv, const int32_t* positions, const 
                                   int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
                                   const T* k_cache, const T* v_cache, T* out, cudaStream_t stream);
 
-// launch_prefill_attention_mma over an 8-bit cache (rows dequantized to T as
-// they are staged).
+// launch_prefill_attention_mma over a quantized cache (rows dequantized to T
+// as they are staged).
 template <typename T>
-void launch_prefill_attention_mma_int8(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
-                                       const int32_t* tile_first, const int32_t* tile_count, int64_t num_tiles,
-                                       const int32_t* block_tables, int32_t max_blocks_per_seq, int64_t heads,
-                                       int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
-                                       const Int8KvLayer& cache, T* out, cudaStream_t stream);
+void launch_prefill_attention_mma_quantized(const T* qkv, const int32_t* positions, const int32_t* tile_seq,
+                                            const int32_t* tile_first, const int32_t* tile_count,
+                                            int64_t num_tiles, const int32_t* block_tables,
+                                            int32_t max_blocks_per_seq, int64_t heads, int64_t kv_heads,
+                                            int64_t head_dim, int64_t block_size, int64_t window,
+                                            const QuantizedKvLayer& cache, T* out, cudaStream_t stream);
 
 // The architecture of the code the CUDA runtime loaded on the current device for
 // that kernel, min(PTX version, binary version) as 10·major + minor (75, 90);
