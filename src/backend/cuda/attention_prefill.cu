@@ -226,16 +226,11 @@ void launch_prefill_attention_quantized(const T* qkv, const int32_t* positions, 
       return;
     }
   }
-  if (cache.bits == 4) {
-    return launch_scalar<T, Nibbles>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
-                                     max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window,
-                                     reinterpret_cast<const Nibbles*>(cache.k_codes),
-                                     reinterpret_cast<const Nibbles*>(cache.v_codes), cache.k_params,
-                                     cache.v_params, out, stream);
-  }
-  launch_scalar<T, uint8_t>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
-                            max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window, cache.k_codes,
-                            cache.v_codes, cache.k_params, cache.v_params, out, stream);
+  with_typed_codes(cache, [&](auto* k_codes, auto* v_codes) {
+    launch_scalar<T>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables, max_blocks_per_seq,
+                     heads, kv_heads, head_dim, block_size, window, k_codes, v_codes, cache.k_params,
+                     cache.v_params, out, stream);
+  });
 }
 
 #define INSTANTIATE(T)                                                                                           \

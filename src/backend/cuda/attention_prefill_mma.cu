@@ -479,16 +479,11 @@ void launch_prefill_attention_mma_quantized(const T* qkv, const int32_t* positio
                                             int32_t max_blocks_per_seq, int64_t heads, int64_t kv_heads,
                                             int64_t head_dim, int64_t block_size, int64_t window,
                                             const QuantizedKvLayer& cache, T* out, cudaStream_t stream) {
-  if (cache.bits == 4) {
-    return launch_head_dim<T, Nibbles>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
-                                       max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window,
-                                       reinterpret_cast<const Nibbles*>(cache.k_codes),
-                                       reinterpret_cast<const Nibbles*>(cache.v_codes), cache.k_params,
-                                       cache.v_params, out, stream);
-  }
-  launch_head_dim<T, uint8_t>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables,
-                              max_blocks_per_seq, heads, kv_heads, head_dim, block_size, window, cache.k_codes,
-                              cache.v_codes, cache.k_params, cache.v_params, out, stream);
+  with_typed_codes(cache, [&](auto* k_codes, auto* v_codes) {
+    launch_head_dim<T>(qkv, positions, tile_seq, tile_first, tile_count, num_tiles, block_tables, max_blocks_per_seq,
+                       heads, kv_heads, head_dim, block_size, window, k_codes, v_codes, cache.k_params,
+                       cache.v_params, out, stream);
+  });
 }
 
 template <typename T>

@@ -700,16 +700,11 @@ void launch_decode_attention_quantized(const T* qkv, const int32_t* positions, c
                                        int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t window,
                                        const DecodeSplits& splits, const QuantizedKvLayer& cache, float* partial,
                                        int32_t* arrivals, T* out, cudaStream_t stream) {
-  if (cache.bits == 4) {
-    return launch_decode<T, Nibbles>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads,
-                                     head_dim, block_size, window, splits,
-                                     reinterpret_cast<Nibbles*>(cache.k_codes),
-                                     reinterpret_cast<Nibbles*>(cache.v_codes), cache.k_params, cache.v_params,
-                                     partial, arrivals, out, stream, DecodeRope{});
-  }
-  launch_decode<T, uint8_t>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads, head_dim,
-                            block_size, window, splits, cache.k_codes, cache.v_codes, cache.k_params,
-                            cache.v_params, partial, arrivals, out, stream, DecodeRope{});
+  with_typed_codes(cache, [&](auto* k_codes, auto* v_codes) {
+    launch_decode<T>(qkv, positions, block_tables, max_blocks_per_seq, num_seqs, heads, kv_heads, head_dim,
+                     block_size, window, splits, k_codes, v_codes, cache.k_params, cache.v_params, partial, arrivals,
+                     out, stream, DecodeRope{});
+  });
 }
 
 #define INSTANTIATE(T)                                                                                               \

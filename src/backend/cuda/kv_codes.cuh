@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/kernels.h"
+
 namespace tessera::backend::cuda {
 
 // C for a cache of 4-bit codes.
@@ -24,6 +26,16 @@ inline constexpr int kElementBits = std::is_same_v<C, Nibbles> ? 4 : 8 * static_
 template <typename C>
 __device__ __forceinline__ const void* element_address(const C* cache, int64_t at) {
   return reinterpret_cast<const char*>(cache) + at * kElementBits<C> / 8;
+}
+
+// fn(k_codes, v_codes) with the pointers typed by the cache's width: uint8_t*
+// for 8-bit codes, Nibbles* for 4-bit ones (the kernels' C).
+template <typename Fn>
+void with_typed_codes(const QuantizedKvLayer& cache, Fn&& fn) {
+  if (cache.bits == 4) {
+    return fn(reinterpret_cast<Nibbles*>(cache.k_codes), reinterpret_cast<Nibbles*>(cache.v_codes));
+  }
+  fn(cache.k_codes, cache.v_codes);
 }
 
 constexpr uint32_t kTwo23Bits = 0x4B000000u;  // 2^23 as a float's bits
