@@ -117,7 +117,9 @@ __device__ __forceinline__ uint32_t pack2<__half>(float low, float high) {
 // shared row.
 template <typename T, typename Codes>
 __device__ __forceinline__ uint4 dequantize8(Codes codes, float2 params) {
-  auto at = [&](int i) { return fmaf(code_at(codes, i), params.x, params.y); };
+  float c[8];
+  code_values(codes, c);
+  auto at = [&](int i) { return fmaf(c[i], params.x, params.y); };
   return make_uint4(pack2<T>(at(0), at(1)), pack2<T>(at(2), at(3)), pack2<T>(at(4), at(5)), pack2<T>(at(6), at(7)));
 }
 

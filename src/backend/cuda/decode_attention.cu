@@ -113,8 +113,10 @@ __device__ __forceinline__ void cache_floats(const uint4& v, float* f, float2, C
 }
 template <typename Codes, typename C>
 __device__ __forceinline__ void cache_floats(const Codes& v, float* f, float2 params, C) {
+  float c[8];
+  code_values(v, c);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = fmaf(code_at(v, i), params.x, params.y);
+  for (int i = 0; i < 8; ++i) f[i] = fmaf(c[i], params.x, params.y);
 }
 
 // The key range of sequence `seq`'s new token: [first, last].

@@ -40,15 +40,34 @@ void with_typed_codes(const QuantizedKvLayer& cache, Fn&& fn) {
 
 constexpr uint32_t kTwo23Bits = 0x4B000000u;  // 2^23 as a float's bits
 
-// Code i (0..7) of eight 8-bit codes.
-__device__ __forceinline__ float code_at(uint2 v, int i) {
-  const uint32_t word = i < 4 ? v.x : v.y;
-  return __uint_as_float(__byte_perm(word, kTwo23Bits, 0x7440u | (i % 4))) - 8388608.0f;
+// Byte i (0..3) of `word` as a float.
+__device__ __forceinline__ float byte_value(uint32_t word, int i) {
+  return __uint_as_float(__byte_perm(word, kTwo23Bits, 0x7440u | i)) - 8388608.0f;
 }
+
+// Code i (0..7) of eight 8-bit codes.
+__device__ __forceinline__ float code_at(uint2 v, int i) { return byte_value(i < 4 ? v.x : v.y, i % 4); }
 
 // Code i (0..7) of eight 4-bit codes.
 __device__ __forceinline__ float code_at(uint32_t v, int i) {
   return __uint_as_float(kTwo23Bits | ((v >> (4 * i)) & 0xFu)) - 8388608.0f;
+}
+
+// All eight codes of a load as floats, in order.
+__device__ __forceinline__ void code_values(uint2 v, float (&c)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) c[i] = code_at(v, i);
+}
+// 4-bit codes: the even elements' nibbles and the odd ones' become bytes
+// (two masks and a shift for all eight), then each takes 8 bits' byte
+// permute, where code_at takes a shift and a mask each.
+__device__ __forceinline__ void code_values(uint32_t v, float (&c)[8]) {
+  const uint32_t even = v & 0x0F0F0F0Fu, odd = (v >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    c[2 * i] = byte_value(even, i);
+    c[2 * i + 1] = byte_value(odd, i);
+  }
 }
 
 }  // namespace tessera::backend::cuda
