@@ -4,7 +4,9 @@
 // heads, 8 KV heads, head_dim 128). Causal attention does 4·n²·d·heads/2
 // FLOPs (Q·Kᵀ and P·V over the lower triangle); the table sets its rate
 // against a large matmul measured in the same run, the hardware's practical
-// limit for 16-bit tensor-core work.
+// limit for 16-bit tensor-core work. --quant-policy 8 or 4 puts random codes
+// in the cache (the kernels dequantize them as they stage them; FlashInfer's
+// kernel reads 16-bit rows only and has no column).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -31,6 +33,7 @@ struct BenchAttentionArgs {
   std::string tokens = "1024,2048,4096,8192";
   int64_t heads = 32, kv_heads = 8, head_dim = 128, block_size = 64;
   int repeats = 5;
+  int quant_policy = 0;  // 8 or 4: the cache in 8- or 4-bit codes
 };
 
 std::vector<int64_t> parse_lengths(const std::string& list) {
@@ -59,6 +62,31 @@ Tensor random_on(backend::Backend& backend, Shape shape, uint32_t seed) {
   return backend.upload_weight(Tensor::from_f32(values, shape));
 }
 
+// Random `bits`-bit codes of a quantized cache (backend/paged_kv.h) on the backend.
+Tensor random_codes_on(backend::Backend& backend, Shape shape, int bits, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensor host = Tensor::empty(shape, bits == 8 ? DType::kU8 : DType::kU4);
+  for (size_t i = 0; i < host.nbytes(); ++i) host.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  Tensor device = Tensor::empty(shape, host.dtype(), backend.allocator());
+  backend.copy(host, device);
+  return device;
+}
+
+// Each row's (scale, zero): values between about -1.2 and 1.3, as random_on's.
+Tensor random_params_on(backend::Backend& backend, Shape shape, int bits, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const float levels = static_cast<float>((1 << bits) - 1);
+  std::uniform_real_distribution<float> scale(1.0f / levels, 2.5f / levels), zero(-1.2f, -0.8f);
+  Tensor host = Tensor::empty(shape, DType::kF32);
+  for (int64_t r = 0; r < host.numel() / 2; ++r) {
+    host.data<float>()[2 * r] = scale(rng);
+    host.data<float>()[2 * r + 1] = zero(rng);
+  }
+  Tensor device = Tensor::empty(shape, DType::kF32, backend.allocator());
+  backend.copy(host, device);
+  return device;
+}
+
 // One prompt of n tokens attending over itself in the paged cache, as a prefill's layer does.
 struct Problem {
   backend::AttentionBatch batch;
@@ -75,8 +103,16 @@ Problem make_problem(backend::Backend& backend, const BenchAttentionArgs& a, int
   p.batch.block_tables.resize(blocks);
   std::iota(p.batch.block_tables.begin(), p.batch.block_tables.end(), 0);
   p.batch.max_blocks_per_seq = static_cast<int32_t>(blocks);
-  p.cache.keys = random_on(backend, {blocks, a.kv_heads, a.block_size, a.head_dim}, 1);
-  p.cache.values = random_on(backend, {blocks, a.kv_heads, a.block_size, a.head_dim}, 2);
+  const Shape cache_shape = {blocks, a.kv_heads, a.block_size, a.head_dim};
+  if (a.quant_policy == 0) {
+    p.cache.keys = random_on(backend, cache_shape, 1);
+    p.cache.values = random_on(backend, cache_shape, 2);
+  } else {
+    p.cache.keys = random_codes_on(backend, cache_shape, a.quant_policy, 1);
+    p.cache.values = random_codes_on(backend, cache_shape, a.quant_policy, 2);
+    p.cache.key_params = random_params_on(backend, {blocks, a.kv_heads, a.block_size, 2}, a.quant_policy, 3);
+    p.cache.value_params = random_params_on(backend, {blocks, a.kv_heads, a.block_size, 2}, a.quant_policy, 4);
+  }
   p.qkv = random_on(backend, {n, (a.heads + 2 * a.kv_heads) * a.head_dim}, 3);
   p.out = Tensor::empty({n, a.heads * a.head_dim}, backend.compute_dtype(), backend.allocator());
   return p;
@@ -114,8 +150,9 @@ int run_bench_attention(const BenchAttentionArgs& a) {
       device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(device.index, dtype);
   backend->check_supported({a.head_dim, a.heads, a.kv_heads});
   const double matmul = measure_matmul_rate(*backend);
-  fmt::print("prefill attention, {} query heads / {} KV heads, head_dim {}, block {}, {} on {}\n", a.heads, a.kv_heads,
-             a.head_dim, a.block_size, dtype_name(backend->compute_dtype()), device.to_string());
+  fmt::print("prefill attention, {} query heads / {} KV heads, head_dim {}, block {}, {} on {}, KV cache in {}\n",
+             a.heads, a.kv_heads, a.head_dim, a.block_size, dtype_name(backend->compute_dtype()), device.to_string(),
+             backend::kv_cache_format_name(backend::kv_cache_format_for_policy(a.quant_policy)));
   fmt::print("matmul rate {:.1f} TFLOP/s (a large linear layer, measured now); causal FLOPs = 4·n²·d·heads/2\n",
              matmul / 1e12);
   // Each kernel: ms a call, TFLOP/s, and the share of the matmul rate.
@@ -127,7 +164,7 @@ int run_bench_attention(const BenchAttentionArgs& a) {
   std::vector<Column> columns = {{"scalar", backend::PrefillAttentionKernel::kScalar, ""}};
   if (!device.is_cpu()) {
     columns.push_back({"tensor-core", backend::PrefillAttentionKernel::kTensorCore, ""});
-    columns.push_back({"flashinfer", backend::PrefillAttentionKernel::kFlashInfer, ""});
+    if (a.quant_policy == 0) columns.push_back({"flashinfer", backend::PrefillAttentionKernel::kFlashInfer, ""});
   }
   fmt::print("{:>7}", "tokens");
   for (const Column& c : columns) fmt::print("  {:>11} ms {:>7} {:>6}", c.name, "TFLOP/s", "of mm");
@@ -167,6 +204,10 @@ void add_bench_attention_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--head-dim", args->head_dim)->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--block-size", args->block_size, "KV cache block size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--repeats", args->repeats)->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--quant-policy", args->quant_policy,
+                  "the KV cache: 0 (the compute dtype), 8 or 4 (8- or 4-bit codes)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 4, 8}));
   cmd->callback([&runner, args] { runner = [args] { return run_bench_attention(*args); }; });
 }
 

@@ -153,10 +153,11 @@ def test_bench_ops_and_engine_time_a_quantized_kv_cache_on_the_cpu(tessera_bin, 
     assert f"KV cache in int{bits}" in engine.stdout and "output tokens/s" in engine.stdout, engine.stdout
 
 
-def test_bench_attention_prints_its_table_on_the_cpu(tessera_bin):
+@pytest.mark.parametrize("policy, cache", [("0", "compute dtype"), ("8", "int8"), ("4", "int4")])
+def test_bench_attention_prints_its_table_on_the_cpu(tessera_bin, policy, cache):
     result = run(tessera_bin, "bench", "attention", "--device", "cpu", "--tokens", "16,33", "--heads", "4",
-                 "--kv-heads", "2", "--head-dim", "64", "--repeats", "1")
-    assert "matmul rate" in result.stdout
+                 "--kv-heads", "2", "--head-dim", "64", "--repeats", "1", "--quant-policy", policy)
+    assert "matmul rate" in result.stdout and f"KV cache in {cache}" in result.stdout, result.stdout
     rows = [line.split() for line in result.stdout.splitlines() if line.strip()[:2].isdigit()]
     assert [row[0] for row in rows] == ["16", "33"], result.stdout
     assert all(float(row[1]) > 0 for row in rows), result.stdout  # the scalar (CPU) kernel was timed
