@@ -25,6 +25,12 @@ _DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "U8": np.uint8
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
+def register_dtype(name, dtype):
+    """Lets the safetensors reader and writer handle another dtype (fp8_reference.py's E4M3)."""
+    _DTYPES[name] = dtype
+    _NAMES[np.dtype(dtype)] = name
+
+
 def write_safetensors(path, tensors):
     """tensors: {name: numpy array} -> one .safetensors file."""
     header, offset, blobs = {}, 0, []

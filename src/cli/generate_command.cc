@@ -174,7 +174,7 @@ void add_generate_command(CLI::App& app, Runner& runner) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--disable-custom-all-reduce", args->disable_custom_all_reduce,
                 "NCCL for every collective, even where every pair of GPUs has peer access");
-  cmd->add_option("--model-format", args->model_format, "hf, awq or gptq (default: read from config.json)")
+  cmd->add_option("--model-format", args->model_format, "hf, awq, gptq or fp8 (default: read from config.json)")
       ->check(CLI::IsMember({"hf", "llama", "awq", "gptq", "fp8"}));
   cmd->callback([&runner, args] { runner = [args] { return run_generate(*args); }; });
 }

@@ -63,8 +63,9 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
       ->capture_default_str()
       ->check(CLI::IsMember({0, 4, 8}));
   cmd->add_option("--model-format", a.model_format,
-                  "hf (16-bit, or llama), awq (4-bit AWQ, e.g. LMDeploy's lite auto_awq export) or gptq (4-bit "
-                  "GPTQ, e.g. a *-GPTQ-Int4 model); default: read from config.json; fp8 is not supported yet")
+                  "hf (16-bit, or llama), awq (4-bit AWQ, e.g. LMDeploy's lite auto_awq export), gptq (4-bit "
+                  "GPTQ, e.g. a *-GPTQ-Int4 model) or fp8 (a *-FP8 model; dequantized to 16-bit as it loads); "
+                  "default: read from config.json")
       ->check(CLI::IsMember({"hf", "llama", "awq", "gptq", "fp8"}));
   cmd->add_option("--rope-scaling-factor", a.rope_scaling_factor,
                   "> 0: dynamic NTK RoPE with this factor in place of config.json's rope_scaling (0: as configured)")
@@ -79,11 +80,6 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
 
 void check_supported(const EngineArgs& a) {
   comm::ranks_per_node(a.tp, a.nnodes, a.node_rank);  // --tp splits over --nnodes, --node-rank is one of them
-  if (a.model_format == "fp8") {
-    throw Error(ErrorKind::kUnsupported, "--model-format fp8 is not supported yet",
-                "use a 16-bit Hugging Face checkpoint (--model-format hf), an AWQ one (--model-format awq) or a GPTQ "
-                "one (--model-format gptq)");
-  }
 }
 
 comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_reduce, int nnodes) {
@@ -154,6 +150,7 @@ std::string node_fingerprint(const EngineArgs& a, const ServingModel& s) {
   const model::ModelSpec& spec = s.spec;
   const char* weights = spec.quantization.awq()    ? "AWQ 4-bit"
                         : spec.quantization.gptq() ? "GPTQ 4-bit"
+                        : spec.quantization.fp8()  ? "FP8 weights dequantized to 16-bit"
                                                    : "16-bit weights";
   return fmt::format("{} layers of hidden {}, {} heads ({} KV), vocab {}, {}, {} on {}, KV blocks of {} tokens{}",
                      spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.vocab_size, weights,

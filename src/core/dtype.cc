@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 
@@ -13,7 +14,7 @@ int dtype_bits(DType dtype) {
     case DType::kF64: case DType::kI64: return 64;
     case DType::kF32: case DType::kI32: return 32;
     case DType::kF16: case DType::kBF16: case DType::kI16: return 16;
-    case DType::kI8: case DType::kU8: case DType::kBool: return 8;
+    case DType::kI8: case DType::kU8: case DType::kBool: case DType::kF8E4M3: return 8;
     case DType::kI4: case DType::kU4: return 4;
   }
   return 0;
@@ -35,6 +36,7 @@ const char* dtype_name(DType dtype) {
     case DType::kBool: return "bool";
     case DType::kI4: return "i4";
     case DType::kU4: return "u4";
+    case DType::kF8E4M3: return "f8_e4m3";
   }
   return "?";
 }
@@ -44,7 +46,7 @@ bool dtype_from_safetensors(std::string_view name, DType* out) {
   static constexpr Entry kTable[] = {
       {"F32", DType::kF32}, {"F16", DType::kF16}, {"BF16", DType::kBF16}, {"F64", DType::kF64},
       {"I64", DType::kI64}, {"I32", DType::kI32}, {"I16", DType::kI16},   {"I8", DType::kI8},
-      {"U8", DType::kU8},   {"BOOL", DType::kBool},
+      {"U8", DType::kU8},   {"BOOL", DType::kBool}, {"F8_E4M3", DType::kF8E4M3},
   };
   for (const Entry& entry : kTable) {
     if (entry.name == name) {
@@ -103,6 +105,16 @@ uint16_t f32_to_f16(float value) {
 }
 
 float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+// E4M3: bias 7, three mantissa bits; exponent 0 is subnormal (m / 8 · 2^-6),
+// and S.1111.111 the only NaN (the format gives up infinities for range: 448).
+float f8e4m3_to_f32(uint8_t bits) {
+  const float sign = (bits & 0x80) ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+}
 
 uint16_t f32_to_bf16(float value) {
   uint32_t bits = std::bit_cast<uint32_t>(value);

@@ -36,7 +36,7 @@ struct RopeScaling {
 // formats load into the same canonical 4-bit weights
 // (backend/quantized_weight.h), so every kernel serves both.
 struct QuantizationConfig {
-  std::string method;      // "" (16-bit weights), "awq" or "gptq"
+  std::string method;      // "" (16-bit weights), "awq", "gptq" or "fp8"
   int64_t bits = 0;        // 4
   int64_t group_size = 0;  // 32, 64 or 128
   bool zero_point = true;  // awq
@@ -45,6 +45,9 @@ struct QuantizationConfig {
   // default) stores each zero minus one; "gptq_v2" (GPTQModel's) stores it.
   std::string checkpoint_format;
   bool desc_act = false;   // gptq: act-order, where g_idx may put inputs out of group order
+  // fp8: each linear's E4M3 weight [out, in] has one f32 scale per block of
+  // [block_rows, block_cols] (weight_block_size), `<name>.weight_scale_inv`.
+  int64_t block_rows = 0, block_cols = 0;
 
   // What `lite auto_awq` writes: AWQ's GEMM layout, 4 bits, zero points.
   static QuantizationConfig awq_gemm(int64_t group_size) {
@@ -58,6 +61,10 @@ struct QuantizationConfig {
 
   bool awq() const { return method == "awq"; }
   bool gptq() const { return method == "gptq"; }
+  // FP8 (E4M3) linears with block scales, the format of the published *-FP8
+  // models. No kernel multiplies FP8 weights yet: they are dequantized to
+  // 16-bit rows at load, like act-order GPTQ's.
+  bool fp8() const { return method == "fp8"; }
   // The checkpoint's linears are 4-bit groups (either format).
   bool four_bit() const { return awq() || gptq(); }
   // They stay 4-bit once loaded. Act-order GPTQ (desc_act) assigns inputs to

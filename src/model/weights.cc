@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/loader/fp8.h"
 #include "model/loader/gptq.h"
 #include "model/loader/quantized_linear.h"
 
@@ -98,6 +99,17 @@ class WeightAssembler {
       }
     }
     const CheckpointTensor& source = checkpoint_.get(source_name);
+    if (source.tensor.dtype() == DType::kF8E4M3) {
+      if (!is_linear(name)) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("{}: tensor '{}' is FP8 (F8_E4M3), but only linear layers may be", source.file,
+                                source_name),
+                    "embeddings, norms and the LM head of an FP8 export stay 16-bit; is the checkpoint complete?");
+      }
+      // FP8 linears: dequantized with their block scales, then placed as 16-bit rows are.
+      return fill_rows(name, part, dequantize_fp8_linear(checkpoint_, source_name, spec_.quantization), source.file,
+                       source_name);
+    }
     fill_rows(name, part, source.tensor, source.file, source_name);
   }
 
@@ -267,6 +279,10 @@ ModelWeights upload_weights(const ModelSpec& spec, const WeightParts& parts, con
   if (log_progress && spec.quantization.four_bit() && !spec.quantization.kept_four_bit()) {
     log_warning("act-order GPTQ (desc_act true): its 4-bit linears are dequantized to 16-bit as they load, so they "
                  "take 16-bit memory and run the 16-bit kernels; an export with desc_act false stays 4-bit");
+  }
+  if (log_progress && spec.quantization.fp8()) {
+    log_warning("FP8 weights: tessera has no FP8 kernels yet, so the FP8 linears are dequantized to 16-bit as they "
+                "load: they take 16-bit memory (twice the checkpoint's) and run the 16-bit kernels");
   }
   if (spec.quantization.kept_four_bit() && spec.quantization.group_size > 0) {
     // This rank's weights and its 4-bit linears' bytes (16-bit for the rest),

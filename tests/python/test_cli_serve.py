@@ -52,7 +52,7 @@ def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model-format", "fp8"], "--model-format fp8 is not supported yet"),
+    (["--model-format", "fp8"], "declares no FP8 quantization_config"),
     (["--model-format", "gptq"], "declares no GPTQ quantization_config"),
     (["--model-format", "awq"], "declares no AWQ quantization_config"),
     (["--nnodes", "2"], "--tp 1 does not split over --nnodes 2"),

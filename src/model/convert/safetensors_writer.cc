@@ -21,6 +21,7 @@ static const char* safetensors_dtype(DType dtype) {
     case DType::kI8: return "I8";
     case DType::kU8: return "U8";
     case DType::kBool: return "BOOL";
+    case DType::kF8E4M3: return "F8_E4M3";
     case DType::kI4: case DType::kU4: break;
   }
   throw Error(ErrorKind::kUnsupported, std::string("safetensors has no dtype for ") + dtype_name(dtype));

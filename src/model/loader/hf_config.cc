@@ -141,8 +141,35 @@ RopeScaling parse_rope_scaling(const json& scaling, const std::string& source, i
   return rope;
 }
 
+// quant_method "fp8" (the *-FP8 models, Hugging Face's fine-grained FP8):
+// E4M3 weights ("fmt", the default), a scale per block of weight_block_size
+// [rows, cols] (absent: [128, 128]). Activations stay 16-bit whatever
+// activation_scheme says (a static scheme's input scales go unread).
+template <typename Text>
+QuantizationConfig parse_fp8(const json& q, const ConfigReader& reader, const Text& text, const std::string& source) {
+  QuantizationConfig out;
+  out.method = "fp8";
+  out.bits = 8;
+  const std::string format = text("fmt", "e4m3");
+  if (format != "e4m3") {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: FP8 fmt '{}' is not supported", source, format),
+                "tessera reads E4M3 weights (fmt \"e4m3\", what the published *-FP8 models store)");
+  }
+  out.block_rows = out.block_cols = 128;
+  if (reader.has("weight_block_size")) {
+    const json& block = q["weight_block_size"];
+    const bool ok = block.is_array() && block.size() == 2 && block[0].is_number_integer() &&
+                    block[1].is_number_integer() && block[0].get<int64_t>() > 0 && block[1].get<int64_t>() > 0;
+    if (!ok) reader.fail("quantization_config.weight_block_size", "must be two positive integers [rows, cols]");
+    out.block_rows = block[0].get<int64_t>();
+    out.block_cols = block[1].get<int64_t>();
+  }
+  return out;
+}
+
 // quantization_config: 4-bit linears in groups of 32, 64 or 128 (the small
-// ones for small models) with zero points, as AWQ's GEMM layout or GPTQ's.
+// ones for small models) with zero points, as AWQ's GEMM layout or GPTQ's;
+// or FP8 linears with block scales.
 QuantizationConfig parse_quantization(const json& q, const std::string& source) {
   QuantizationConfig out;
   if (q.is_null()) return out;
@@ -158,11 +185,13 @@ QuantizationConfig parse_quantization(const json& q, const std::string& source) 
     return value;
   };
   out.method = text("quant_method", "");
+  if (out.fp8()) return parse_fp8(q, reader, text, source);
   if (!out.four_bit()) {
     throw Error(ErrorKind::kUnsupported,
                 fmt::format("{}: quantization_config.quant_method '{}' is not supported", source, out.method),
                 "tessera serves 4-bit AWQ checkpoints (quant_method \"awq\", as LMDeploy's `lite auto_awq` and "
-                "AutoAWQ write them), 4-bit GPTQ ones (quant_method \"gptq\") and 16-bit ones");
+                "AutoAWQ write them), 4-bit GPTQ ones (quant_method \"gptq\"), FP8 ones (quant_method \"fp8\", "
+                "the *-FP8 models) and 16-bit ones");
   }
   const std::string name = out.awq() ? "AWQ" : "GPTQ";
   const char* bits_key = reader.has("bits") ? "bits" : "w_bit";  // AutoAWQ's older name

@@ -54,24 +54,22 @@ Tensor scales_by_output(const Tensor& scales) {
 
 void check_model_format(const ModelSpec& spec, const std::string& format, const std::string& model_dir) {
   if (format.empty()) return;
-  if (format == "fp8") {
-    throw Error(ErrorKind::kUnsupported, "--model-format fp8 is not supported yet",
-                "tessera serves 16-bit (hf), AWQ 4-bit (awq) and GPTQ 4-bit (gptq) checkpoints; quantize with "
-                "`tessera lite auto_awq`");
-  }
-  const std::string declared = spec.quantization.method;  // "", "awq" or "gptq"
+  const std::string declared = spec.quantization.method;  // "", "awq", "gptq" or "fp8"
   const bool sixteen_bit = format == "hf" || format == "llama";
   if (sixteen_bit ? declared.empty() : declared == format) return;
+  auto kind = [](const std::string& method) {
+    return method == "awq" ? "AWQ" : method == "gptq" ? "GPTQ" : "FP8";
+  };
   if (declared.empty()) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("--model-format {}, but {}/config.json declares no {} quantization_config", format,
-                            model_dir, format == "awq" ? "AWQ" : "GPTQ"),
+                            model_dir, kind(format)),
                 "drop --model-format (the format is read from config.json), or quantize the model first: tessera "
                 "lite auto_awq MODEL OUT");
   }
   throw Error(ErrorKind::kInvalidArgument,
-              fmt::format("--model-format {}, but {}/config.json declares {} 4-bit weights", format, model_dir,
-                          declared == "awq" ? "AWQ" : "GPTQ"),
+              fmt::format("--model-format {}, but {}/config.json declares {} weights", format, model_dir,
+                          declared == "fp8" ? "FP8" : kind(declared) + std::string(" 4-bit")),
               fmt::format("pass --model-format {}, or drop --model-format (the format is read from config.json)",
                           declared));
 }

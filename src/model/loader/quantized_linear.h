@@ -35,9 +35,9 @@ const Tensor& expect_quantized_tensor(const Checkpoint& checkpoint, const std::s
 Tensor scales_by_output(const Tensor& scales);
 
 // LMDeploy's --model-format against what config.json declares: "" detects
-// (any), "hf"/"llama" need 16-bit weights, "awq" and "gptq" need a
+// (any), "hf"/"llama" need 16-bit weights, "awq", "gptq" and "fp8" need a
 // quantization_config of that quant_method. Throws Error(kInvalidArgument)
-// saying which to pass, Error(kUnsupported) for fp8.
+// saying which to pass.
 void check_model_format(const ModelSpec& spec, const std::string& format, const std::string& model_dir);
 
 }  // namespace tessera::model

@@ -54,7 +54,7 @@ Entry parse_entry(const MappedFile& file, const std::string& name, const nlohman
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("{}: tensor '{}' has dtype '{}', which tessera does not read", file.path().string(), name,
                             dtype_text),
-                "supported dtypes: F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL");
+                "supported dtypes: F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL, F8_E4M3");
   }
 
   auto shape = info.find("shape");
