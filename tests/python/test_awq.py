@@ -148,16 +148,23 @@ def test_auto_awq_of_a_golden_model_stays_close(tessera_bin, probe, tmp_path, ca
         deq = ref.dequantize(written[base + ".qweight"], written[base + ".qzeros"], written[base + ".scales"], group)
         step = np.repeat(written[base + ".scales"].astype(np.float32), group, axis=0).T
         assert np.all(np.abs(deq - w) <= step * 1.001 + 1e-7), base
+    assert_close_to_the_16_bit_model(probe, source, out, tmp_path, f"{case} g{group}", MAX_RELATIVE_ERROR,
+                                     MAX_ARGMAX_GAP, MIN_ARGMAX_AGREEMENT.get(case, 0.0))
+
+
+def assert_close_to_the_16_bit_model(probe, source, out, tmp_path, label, max_relative, max_gap, min_agreement):
+    """The teacher-forced logits of `out` (a quantized export of the golden model `source`) over its prompt
+    and greedy continuation are within the bounds of `closeness`, and another position's logits are not."""
     expected = json.loads((source / "expected.json").read_text())
     ids = expected["prompt_ids"] + expected["greedy_ids"]
     a, b = logits(probe, source, tmp_path, ids), logits(probe, out, tmp_path, ids)
     relative, gap, agreement = closeness(a, b)
-    print(f"{case} g{group}: relative error {relative:.3f}, argmax gap {gap:.3f}, argmax agreement {agreement:.3f}")
-    assert relative <= MAX_RELATIVE_ERROR
-    assert gap <= MAX_ARGMAX_GAP
-    assert agreement >= MIN_ARGMAX_AGREEMENT.get(case, 0.0)
+    print(f"{label}: relative error {relative:.4f}, argmax gap {gap:.4f}, argmax agreement {agreement:.3f}")
+    assert relative <= max_relative
+    assert gap <= max_gap
+    assert agreement >= min_agreement
     # The measure can fail: another position's logits (a wrong model) break the bound.
-    assert closeness(a, np.roll(b, 1, axis=0))[0] > MAX_RELATIVE_ERROR
+    assert closeness(a, np.roll(b, 1, axis=0))[0] > max_relative
 
 
 def test_auto_awq_output_generates_and_serves(tessera_bin, tmp_path):
@@ -181,7 +188,12 @@ def test_auto_awq_output_generates_and_serves(tessera_bin, tmp_path):
     r = subprocess.run([str(tessera_bin), "generate", str(out), "--prompt", "hello", "--model-format", "hf"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--model-format awq" in r.stderr
-    server = Server(tessera_bin, out, tmp_path / "server.log", "--backend", "cpu")
+    assert_serves(tessera_bin, out, tmp_path / "server.log")
+
+
+def assert_serves(tessera_bin, model, log, *flags):
+    """`serve api_server` on the CPU with `flags` answers a completion of 8 tokens and stops cleanly."""
+    server = Server(tessera_bin, model, log, "--backend", "cpu", *flags)
     try:
         reply = requests.post(server.url + "/v1/completions", timeout=60, json={
             "model": "demo", "prompt": "hello", "max_tokens": 8, "temperature": 0, "ignore_eos": True})
@@ -199,6 +211,37 @@ def test_auto_awq_refuses_sizes_the_group_does_not_divide(tessera_bin, tmp_path)
     r = subprocess.run([str(tessera_bin), "lite", "auto_awq", str(source), str(tmp_path / "q")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "groups of 128" in r.stderr and "--w-group-size" in r.stderr
+
+
+def with_demo_tokenizer(tessera_bin, tmp_path, *models):
+    """Copies the demo model's tokenizer (its vocabulary of 512) into each model directory."""
+    demo = tmp_path / "demo"
+    subprocess.run([str(tessera_bin), "demo_model", str(demo)], check=True, capture_output=True, timeout=120)
+    for model in models:
+        for f in demo.iterdir():
+            if f.name != "config.json" and f.suffix != ".safetensors":
+                shutil.copy(f, model / f.name)
+
+
+def assert_generates_as_its_twin(tessera_bin, quant, dense, model_format, declared):
+    """`quant` generates with --model-format `model_format` the text of `dense` (its weights dequantized);
+    the other formats' flags are refused naming what its config.json declares (`declared`, e.g.
+    "GPTQ 4-bit"), and `dense` with the flag is refused for lacking the quantization_config."""
+    def generate(model, *flags):
+        return subprocess.run([str(tessera_bin), "generate", str(model), "--prompt", "hello", "--max-tokens", "8",
+                               "--ignore-eos", *flags], capture_output=True, text=True, timeout=120)
+
+    quantized, reference = generate(quant, "--model-format", model_format), generate(dense)
+    assert quantized.returncode == 0, quantized.stderr
+    assert reference.returncode == 0, reference.stderr
+    assert quantized.stdout.strip() and quantized.stdout == reference.stdout  # the same weights: the same text
+    for flag in ("awq", "hf"):
+        r = generate(quant, "--model-format", flag)
+        assert r.returncode == 2, r.stderr
+        assert f"declares {declared} weights" in r.stderr and f"--model-format {model_format}" in r.stderr, r.stderr
+    r = generate(dense, "--model-format", model_format)
+    name = declared.split()[0]
+    assert r.returncode == 2 and f"declares no {name} quantization_config" in r.stderr, r.stderr
 
 
 def malformed(tmp_path, edit, write_random_pair=ref.write_random_pair):

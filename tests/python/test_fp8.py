@@ -11,24 +11,19 @@
   refused with the other formats' flags; malformed checkpoints get errors naming the problem.
 """
 
-import json
 import pathlib
-import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
-import requests
-
-from test_server_helpers import Server
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 fp8 = pytest.importorskip("fp8_reference", reason="fp8_reference needs ml_dtypes (requirements-test.txt)")
 import awq_reference as ref  # noqa: E402
-from test_awq import (SMALL, assert_loads_as, assert_refused, closeness, golden_model, logits, probe,  # noqa: E402,F401
-                      weights)
+from test_awq import (SMALL, assert_close_to_the_16_bit_model, assert_generates_as_its_twin,  # noqa: E402,F401
+                      assert_loads_as, assert_refused, assert_serves, golden_model, malformed, probe,
+                      set_quant, weights, with_demo_tokenizer)
 
 CASES = [("InternLM2ForCausalLM", "internlm2", (32, 32), {}),
          ("Qwen2ForCausalLM", "qwen2", (16, 64), {}),
@@ -84,69 +79,25 @@ def test_fp8_export_of_a_golden_model_stays_close(probe, tmp_path, case):
         step = np.maximum(np.abs(w) / 16, np.repeat(np.repeat(written[name + "_scale_inv"], 32, 0), 32, 1)[
             :w.shape[0], :w.shape[1]] * 2.0 ** -9)
         assert np.all(np.abs(deq - w) <= step * 1.001), name
-    expected = json.loads((source / "expected.json").read_text())
-    ids = expected["prompt_ids"] + expected["greedy_ids"]
-    a, b = logits(probe, source, tmp_path, ids), logits(probe, out, tmp_path, ids)
-    relative, gap, agreement = closeness(a, b)
-    print(f"{case}: relative error {relative:.4f}, argmax gap {gap:.4f}, argmax agreement {agreement:.3f}")
-    assert relative <= MAX_RELATIVE_ERROR
-    assert gap <= MAX_ARGMAX_GAP
-    assert agreement >= MIN_ARGMAX_AGREEMENT.get(case, 0.0)
-    # The measure can fail: another position's logits (a wrong model) break the bound.
-    assert closeness(a, np.roll(b, 1, axis=0))[0] > MAX_RELATIVE_ERROR
+    assert_close_to_the_16_bit_model(probe, source, out, tmp_path, case, MAX_RELATIVE_ERROR, MAX_ARGMAX_GAP,
+                                     MIN_ARGMAX_AGREEMENT.get(case, 0.0))
 
 
 def test_fp8_checkpoint_generates_serves_and_format_flags_are_checked(tessera_bin, tmp_path):
     # Random weights with the demo model's tokenizer (its vocabulary of 512).
-    demo, quant, dense = tmp_path / "demo", tmp_path / "fp8", tmp_path / "dense"
-    subprocess.run([str(tessera_bin), "demo_model", str(demo)], check=True, capture_output=True, timeout=120)
+    quant, dense = tmp_path / "fp8", tmp_path / "dense"
     fp8.write_random_pair(quant, dense, "LlamaForCausalLM", dict(SMALL, vocab_size=512, model_type="llama"),
                           (32, 32), seed=2)
-    for model in (quant, dense):
-        for f in demo.iterdir():
-            if f.name != "config.json" and f.suffix != ".safetensors":
-                shutil.copy(f, model / f.name)
+    with_demo_tokenizer(tessera_bin, tmp_path, quant, dense)
+    assert_generates_as_its_twin(tessera_bin, quant, dense, "fp8", "FP8")
 
-    def generate(model, *flags):
-        return subprocess.run([str(tessera_bin), "generate", str(model), "--prompt", "hello", "--max-tokens", "8",
-                               "--ignore-eos", *flags], capture_output=True, text=True, timeout=120)
-
-    quantized, reference = generate(quant, "--model-format", "fp8"), generate(dense)
-    assert quantized.returncode == 0, quantized.stderr
-    assert reference.returncode == 0, reference.stderr
-    assert quantized.stdout.strip() and quantized.stdout == reference.stdout  # the same weights: the same text
-    for flag in ("awq", "hf"):
-        r = generate(quant, "--model-format", flag)
-        assert r.returncode == 2, r.stderr
-        assert "declares FP8 weights" in r.stderr and "--model-format fp8" in r.stderr, r.stderr
-    r = generate(dense, "--model-format", "fp8")
-    assert r.returncode == 2 and "declares no FP8 quantization_config" in r.stderr, r.stderr
-
-    server = Server(tessera_bin, quant, tmp_path / "server.log", "--backend", "cpu", "--model-format", "fp8")
-    try:
-        reply = requests.post(server.url + "/v1/completions", timeout=60, json={
-            "model": "demo", "prompt": "hello", "max_tokens": 8, "temperature": 0, "ignore_eos": True})
-        assert reply.status_code == 200, reply.text
-        assert reply.json()["usage"]["completion_tokens"] == 8
-    finally:
-        assert server.stop() == 0
+    assert_serves(tessera_bin, quant, tmp_path / "server.log", "--model-format", "fp8")
     assert "dequantized to 16-bit" in (tmp_path / "server.log").read_text()
 
 
-def malformed(tmp_path, edit):
-    """A valid random FP8 checkpoint (blocks of 32 x 32), then `edit(config, tensors)` applied to it."""
-    quant, dense = tmp_path / "quant", tmp_path / "dense"
-    fp8.write_random_pair(quant, dense, "LlamaForCausalLM", dict(SMALL, model_type="llama"), (32, 32), seed=3)
-    config = json.loads((quant / "config.json").read_text())
-    tensors = dict(ref.read_safetensors(quant / "model.safetensors"))
-    edit(config, tensors)
-    (quant / "config.json").write_text(json.dumps(config))
-    ref.write_safetensors(quant / "model.safetensors", tensors)
-    return quant
-
-
-def set_quant(key, value):
-    return lambda config, tensors: config["quantization_config"].__setitem__(key, value)
+def write_blocks_of_32(quant, dense, arch, config, group, seed):
+    """test_awq's malformed() with a valid random FP8 checkpoint (blocks of 32 x 32) to edit."""
+    fp8.write_random_pair(quant, dense, arch, config, (32, 32), seed=seed)
 
 
 def drop(name):
@@ -178,4 +129,4 @@ def scale_cut(config, tensors):
     (fp8_embeddings, "invalid_argument", ["'model.embed_tokens.weight' is FP8", "only linear layers"]),
 ])
 def test_malformed_checkpoints_get_clear_errors(probe, tmp_path, edit, kind, messages):
-    assert_refused(probe, malformed(tmp_path, edit), tmp_path, kind, messages)
+    assert_refused(probe, malformed(tmp_path, edit, write_blocks_of_32), tmp_path, kind, messages)

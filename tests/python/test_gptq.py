@@ -13,8 +13,6 @@
 """
 
 import pathlib
-import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -23,7 +21,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import gptq_reference as ref  # noqa: E402
-from test_awq import SMALL, assert_loads_as, assert_refused, malformed, probe, set_quant, weights  # noqa: E402,F401
+from test_awq import (SMALL, assert_generates_as_its_twin, assert_loads_as, assert_refused, malformed,  # noqa: E402,F401
+                      probe, set_quant, weights, with_demo_tokenizer)
 
 CASES = [("InternLM2ForCausalLM", "internlm2", 32, True, None, True, False),
          ("Qwen2ForCausalLM", "qwen2", 64, True, "gptq", True, False),
@@ -56,29 +55,11 @@ def test_the_other_zero_point_convention_is_caught(probe, tmp_path, checkpoint_f
 
 def test_gptq_checkpoint_generates_and_format_flags_are_checked(tessera_bin, tmp_path):
     # Random weights with the demo model's tokenizer (its vocabulary of 512).
-    demo, gptq, dense = tmp_path / "demo", tmp_path / "gptq", tmp_path / "dense"
-    subprocess.run([str(tessera_bin), "demo_model", str(demo)], check=True, capture_output=True, timeout=120)
+    gptq, dense = tmp_path / "gptq", tmp_path / "dense"
     ref.write_random_pair(gptq, dense, "LlamaForCausalLM", dict(SMALL, vocab_size=512, model_type="llama"), 32,
                           seed=2, sym=False)
-    for model in (gptq, dense):
-        for f in demo.iterdir():
-            if f.name != "config.json" and f.suffix != ".safetensors":
-                shutil.copy(f, model / f.name)
-
-    def generate(model, *flags):
-        return subprocess.run([str(tessera_bin), "generate", str(model), "--prompt", "hello", "--max-tokens", "8",
-                               "--ignore-eos", *flags], capture_output=True, text=True, timeout=120)
-
-    quantized, reference = generate(gptq, "--model-format", "gptq"), generate(dense)
-    assert quantized.returncode == 0, quantized.stderr
-    assert reference.returncode == 0, reference.stderr
-    assert quantized.stdout.strip() and quantized.stdout == reference.stdout  # the same weights: the same text
-    for flag in ("awq", "hf"):
-        r = generate(gptq, "--model-format", flag)
-        assert r.returncode == 2, r.stderr
-        assert "declares GPTQ 4-bit weights" in r.stderr and "--model-format gptq" in r.stderr, r.stderr
-    r = generate(dense, "--model-format", "gptq")
-    assert r.returncode == 2 and "declares no GPTQ quantization_config" in r.stderr, r.stderr
+    with_demo_tokenizer(tessera_bin, tmp_path, gptq, dense)
+    assert_generates_as_its_twin(tessera_bin, gptq, dense, "gptq", "GPTQ 4-bit")
 
 
 def groups_out_of_order(config, tensors):  # without desc_act true
