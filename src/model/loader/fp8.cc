@@ -8,10 +8,6 @@
 
 namespace tessera::model {
 
-bool is_fp8_weight(const Checkpoint& checkpoint, const std::string& weight_name) {
-  return checkpoint.contains(weight_name) && checkpoint.get(weight_name).tensor.dtype() == DType::kF8E4M3;
-}
-
 Tensor dequantize_fp8_linear(const Checkpoint& checkpoint, const std::string& weight_name,
                              const QuantizationConfig& config) {
   const CheckpointTensor& source = checkpoint.get(weight_name);

@@ -19,9 +19,6 @@
 
 namespace tessera::model {
 
-// True when `weight_name` is an FP8 tensor of the checkpoint.
-bool is_fp8_weight(const Checkpoint& checkpoint, const std::string& weight_name);
-
 // The f32 weight [out, in] of the FP8 linear `weight_name` (`<name>.weight`),
 // its shape the checkpoint's. Throws Error(kInvalidArgument) naming the
 // tensor where the scale is missing or its shape or dtype disagrees with the
