@@ -105,7 +105,7 @@ TEST(Safetensors, RefusesInvalidJson) {
 }
 
 TEST(Safetensors, RefusesUnknownDtype) {
-  expect_refused(R"({"x": {"dtype": "F8_E4M3", "shape": [1], "data_offsets": [0, 1]}})", "1", {"'x'", "F8_E4M3"});
+  expect_refused(R"({"x": {"dtype": "F8_E5M2", "shape": [1], "data_offsets": [0, 1]}})", "1", {"'x'", "F8_E5M2"});
 }
 
 TEST(Safetensors, RefusesMalformedEntries) {
