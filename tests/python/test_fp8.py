@@ -12,6 +12,7 @@
 """
 
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -93,6 +94,22 @@ def test_fp8_checkpoint_generates_serves_and_format_flags_are_checked(tessera_bi
 
     assert_serves(tessera_bin, quant, tmp_path / "server.log", "--model-format", "fp8")
     assert "dequantized to 16-bit" in (tmp_path / "server.log").read_text()
+
+
+@pytest.mark.parametrize("model_format", ["fp8", "awq"])
+def test_auto_awq_of_a_quantized_checkpoint_is_refused(tessera_bin, tmp_path, model_format):
+    quant, dense = tmp_path / "quant", tmp_path / "dense"
+    write = fp8.write_random_pair if model_format == "fp8" else ref.write_random_pair
+    write(quant, dense, "LlamaForCausalLM", dict(SMALL, model_type="llama"), (32, 32) if model_format == "fp8" else 32,
+          seed=4)
+    r = subprocess.run([str(tessera_bin), "lite", "auto_awq", str(quant), str(tmp_path / "out"), "--w-group-size",
+                        "32"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert f"already a quantized ({model_format}) checkpoint" in r.stderr and "16-bit model" in r.stderr, r.stderr
+    # Its dequantized twin quantizes.
+    r = subprocess.run([str(tessera_bin), "lite", "auto_awq", str(dense), str(tmp_path / "out"), "--w-group-size",
+                        "32"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
 
 
 def write_blocks_of_32(quant, dense, arch, config, group, seed):

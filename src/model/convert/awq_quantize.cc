@@ -152,9 +152,10 @@ void write_awq_model(const std::filesystem::path& model_dir, const std::filesyst
 void write_awq_model(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
                      int64_t group_size, const AwqCalibration& calibration) {
   const ModelSpec spec = read_model_spec(model_dir);
-  if (spec.quantization.four_bit()) {
+  // The linears are read from the checkpoint as they are stored: 16-bit ones only.
+  if (spec.quantization.four_bit() || spec.quantization.fp8()) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{} is already a 4-bit ({}) checkpoint", model_dir.string(), spec.quantization.method),
+                fmt::format("{} is already a quantized ({}) checkpoint", model_dir.string(), spec.quantization.method),
                 "quantize the 16-bit model it came from");
   }
   const Architecture& arch = find_architecture(spec.architecture);
