@@ -21,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/answer_markup.h"
+#include "cli/lmdeploy_flags.h"
 #include "cli/serving_model.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -53,6 +54,7 @@ struct ServeArgs {
   std::string reasoning_parser;  // empty: none
   bool allow_terminate_by_client = false;
   bool ignored_flag = false;
+  LmdeployOnlyFlags lmdeploy;
 };
 
 // SIGINT and SIGTERM through a self-pipe: the handler (which may run on any
@@ -147,6 +149,7 @@ int run_worker_node(const ServeArgs& a) {
 }
 
 int run_serve(const ServeArgs& a) {
+  refuse_lmdeploy_only_flags(a.lmdeploy);
   check_supported(a.engine);  // before anything starts, so a refused flag costs no load
   check_answer_markup_options(a.tool_call_parser, a.reasoning_parser);
   if (a.engine.node_rank > 0) return run_worker_node(a);
@@ -260,7 +263,11 @@ void add_serve_command(CLI::App& app, Runner& runner) {
                       " (default: none)");
   // LMDeploy flags with nothing to do here: metrics are always on, there are no FastAPI docs.
   cmd->add_flag("--enable-metrics,--disable-fastapi-docs", a->ignored_flag, "accepted for LMDeploy compatibility; no effect");
-  cmd->callback([&runner, a] { runner = [a] { return run_serve(*a); }; });
+  add_lmdeploy_only_options(cmd, a->lmdeploy);
+  cmd->callback([&runner, a] {
+    apply_lmdeploy_aliases(a->lmdeploy, a->engine);
+    runner = [a] { return run_serve(*a); };
+  });
 }
 
 }  // namespace tessera::cli

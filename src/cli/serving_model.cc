@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 
 #include "comm/nccl_communicator.h"
@@ -21,8 +22,24 @@
 
 namespace tessera::cli {
 
+namespace {
+
+// A local directory. LMDeploy also takes a hub repository id and downloads
+// it; tessera reads no network, so the message says how to get the directory.
+const CLI::Validator kModelDirectory(
+    [](std::string& path) -> std::string {
+      if (std::filesystem::is_directory(path)) return {};
+      return fmt::format(
+          "{} is not a directory. tessera serves a local Hugging Face model directory; for a hub repository, "
+          "download it first (huggingface-cli download {} --local-dir DIR) and pass DIR",
+          path, path);
+    },
+    "DIR");
+
+}  // namespace
+
 void add_engine_options(CLI::App* cmd, EngineArgs& a) {
-  cmd->add_option("model_path", a.model_path, "Hugging Face model directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("model_path", a.model_path, "Hugging Face model directory")->required()->check(kModelDirectory);
   cmd->add_option("--backend", a.backend, "turbomind (the GPU engine), pytorch (accepted: the same engine) or cpu")
       ->capture_default_str()
       ->check(CLI::IsMember({"turbomind", "pytorch", "cpu"}));
@@ -333,6 +350,8 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   engine::EngineConfig config;
   config.scheduler.max_batch_size = max_batch_size;
   config.scheduler.max_num_batched_tokens = a.max_prefill_token_num;
+  log_info("scheduler: up to {} sequences and {} tokens a step (longer prompts are chunked)", max_batch_size,
+           a.max_prefill_token_num);
   config.block_size = a.cache_block_seq_len;
   config.num_blocks = s->plan.num_blocks;
   config.session_len = s->plan.session_len;

@@ -51,18 +51,46 @@ def test_missing_model_directory_is_a_usage_error(tessera_bin, tmp_path):
     assert r.returncode != 0 and "nope" in r.stderr
 
 
+def test_a_hub_repository_id_gets_the_download_command(tessera_bin):
+    r = serve(tessera_bin, "internlm/internlm2_5-7b-chat", "--tp", "2")
+    assert r.returncode != 0
+    assert "internlm/internlm2_5-7b-chat is not a directory" in r.stderr, r.stderr
+    assert "huggingface-cli download internlm/internlm2_5-7b-chat --local-dir DIR" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--model-format", "fp8"], "declares no FP8 quantization_config"),
     (["--model-format", "gptq"], "declares no GPTQ quantization_config"),
     (["--model-format", "awq"], "declares no AWQ quantization_config"),
     (["--nnodes", "2"], "--tp 1 does not split over --nnodes 2"),
     (["--tp", "3", "--backend", "cpu"], "tensor-parallel sizes that work"),
+    # LMDeploy flags tessera takes and refuses, each with what to do instead
+    (["--ssl"], "--ssl: tessera serves plain HTTP"),
+    (["--dp", "2"], "--dp 2: tessera runs one engine a server"),
+    (["--adapters", "mine=/tmp/lora"], "LoRA adapters are not supported"),
+    (["--revision", "main"], "--revision: tessera does not download models"),
+    (["--download-dir", "/tmp"], "--download-dir: tessera does not download models"),
+    (["--proxy-url", "http://127.0.0.1:8000"], "does not register with LMDeploy's proxy server"),
+    (["--hf-overrides", "{}"], "--hf-overrides is not supported"),
 ])
 def test_what_is_not_supported_yet_is_refused_with_a_hint(tessera_bin, demo_dir, args, message):
     r = serve(tessera_bin, demo_dir, "--server-name", "127.0.0.1", "--server-port", "0", *args)
     assert r.returncode != 0
     assert message in r.stderr, r.stderr
     assert "hint:" in r.stderr
+
+
+@pytest.mark.parametrize("args, tokens", [([], 8192), (["--max-prefill-token-num", "1000"], 1000),
+                                          (["--num-tokens-per-iter", "1000", "--max-prefill-iters", "2"], 1000),
+                                          (["--dp", "1"], 8192)])
+def test_lmdeploy_step_flags_set_the_tokens_a_step(tessera_bin, demo_dir, tmp_path, args, tokens):
+    server = Server(tessera_bin, demo_dir, tmp_path / "server.log", "--backend", "cpu", *args)
+    try:
+        assert requests.get(server.url + "/health", timeout=10).status_code == 200
+    finally:
+        assert server.stop() == 0
+    log = (tmp_path / "server.log").read_text()
+    assert f"scheduler: up to 64 sequences and {tokens} tokens a step" in log, log
 
 
 def test_terminate_by_client_only_when_allowed(tessera_bin, demo_dir, tmp_path):
