@@ -20,7 +20,6 @@ void add_lmdeploy_only_options(CLI::App* cmd, LmdeployOnlyFlags& f) {
   cmd->add_option("--revision", f.revision, "refused: MODEL_PATH is a local directory")->group(group);
   cmd->add_option("--download-dir", f.download_dir, "refused: MODEL_PATH is a local directory")->group(group);
   cmd->add_option("--proxy-url", f.proxy_url, "refused: tessera does not register with a proxy")->group(group);
-  cmd->add_option("--hf-overrides", f.hf_overrides, "refused: edit config.json instead")->group(group);
 }
 
 void apply_lmdeploy_aliases(const LmdeployOnlyFlags& f, EngineArgs& engine) {
@@ -51,10 +50,6 @@ void refuse_lmdeploy_only_flags(const LmdeployOnlyFlags& f) {
   if (!f.proxy_url.empty()) {
     refuse("--proxy-url: tessera does not register with LMDeploy's proxy server",
            "add this server to the proxy through the proxy's /nodes/add route, and drop --proxy-url");
-  }
-  if (!f.hf_overrides.empty()) {
-    refuse("--hf-overrides is not supported",
-           "edit config.json in a copy of the model directory (--rope-scaling-factor overrides RoPE scaling)");
   }
 }
 

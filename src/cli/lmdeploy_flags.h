@@ -7,8 +7,7 @@
 //   --max-prefill-iters N     accepted: a long prompt takes as many chunked
 //                             steps as it needs
 //   --ssl, --dp N (N > 1), --adapters, --revision, --download-dir,
-//   --proxy-url, --hf-overrides
-//                             refused before the model loads, each with a hint
+//   --proxy-url               refused before the model loads, each with a hint
 #pragma once
 
 #include <cstdint>
@@ -27,7 +26,7 @@ struct LmdeployOnlyFlags {
   bool ssl = false;
   int64_t dp = 1;
   std::vector<std::string> adapters;
-  std::string revision, download_dir, proxy_url, hf_overrides;
+  std::string revision, download_dir, proxy_url;
 };
 
 void add_lmdeploy_only_options(CLI::App* cmd, LmdeployOnlyFlags& flags);

@@ -84,6 +84,9 @@ void add_engine_options(CLI::App* cmd, EngineArgs& a) {
                   "GPTQ, e.g. a *-GPTQ-Int4 model) or fp8 (a *-FP8 model; dequantized to 16-bit as it loads); "
                   "default: read from config.json")
       ->check(CLI::IsMember({"hf", "llama", "awq", "gptq", "fp8"}));
+  cmd->add_option("--hf-overrides", a.hf_overrides,
+                  "a JSON object merged into config.json before it is read (nested objects key by key; null removes "
+                  "a key), e.g. '{\"max_position_embeddings\": 8192}'");
   cmd->add_option("--rope-scaling-factor", a.rope_scaling_factor,
                   "> 0: dynamic NTK RoPE with this factor in place of config.json's rope_scaling (0: as configured)")
       ->capture_default_str()
@@ -237,9 +240,11 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
       s->chat_template = text::ChatTemplate::builtin("base");
     }
   }
-  const model::ModelSpec config_spec = model::read_model_spec(a.model_path);
+  // config.json as --hf-overrides leaves it (the RoPE factor is logged against it).
+  const model::ModelSpec config_spec = model::read_model_spec(a.model_path, {.config_patch = a.hf_overrides});
   model::check_model_format(config_spec, a.model_format, a.model_path);
-  const model::SpecOverrides overrides{.rope_scaling_factor = a.rope_scaling_factor};
+  const model::SpecOverrides overrides{.rope_scaling_factor = a.rope_scaling_factor, .config_patch = a.hf_overrides};
+  if (!a.hf_overrides.empty()) log_info("--hf-overrides: config.json read with {} merged in", a.hf_overrides);
   const backend::KvCacheFormat kv_format = backend::kv_cache_format_for_policy(a.quant_policy);
   if (a.quant_policy != 0) {
     log_info("--quant-policy {0}: the KV cache holds {0}-bit codes with an f32 scale and zero point a token and KV "

@@ -37,6 +37,7 @@ struct EngineArgs {
   int quant_policy = 0;
   std::string model_format;            // hf, awq (gptq, fp8 refused); empty: from config.json
   double rope_scaling_factor = 0.0;
+  std::string hf_overrides;  // a JSON object merged into config.json (SpecOverrides::config_patch)
   std::string chat_template;          // a built-in name or a .jinja file; empty: the model's own
   int nnodes = 1;
   int node_rank = 0;

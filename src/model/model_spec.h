@@ -82,6 +82,9 @@ struct SpecOverrides {
   // > 0: LMDeploy's --rope-scaling-factor. RoPE becomes dynamic NTK with this
   // factor over max_position_embeddings, in place of the config's scaling.
   double rope_scaling_factor = 0.0;
+  // LMDeploy's --hf-overrides: a JSON object merged into config.json before
+  // it is read (RFC 7386: nested objects key by key, null removes a key).
+  std::string config_patch;
 };
 
 struct ModelSpec {

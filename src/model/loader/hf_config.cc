@@ -321,6 +321,19 @@ ModelSpec parse_model_spec(const json& config, const std::string& source) {
   return spec;
 }
 
+// --hf-overrides as a JSON object, or an error saying what to give.
+static json parse_config_patch(const std::string& text) {
+  const std::string hint = "give a JSON object of config.json's keys, e.g. --hf-overrides '{\"max_position_embeddings\": 8192}'";
+  json patch;
+  try {
+    patch = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--hf-overrides is not JSON: {}", e.what()), hint);
+  }
+  if (!patch.is_object()) throw Error(ErrorKind::kInvalidArgument, "--hf-overrides must be a JSON object", hint);
+  return patch;
+}
+
 void apply_overrides(ModelSpec& spec, const SpecOverrides& overrides) {
   if (overrides.rope_scaling_factor > 0.0) {
     // As LMDeploy's TurboMind does: the config's scaling, whatever its type,
@@ -334,7 +347,12 @@ void apply_overrides(ModelSpec& spec, const SpecOverrides& overrides) {
 ModelSpec read_model_spec(const std::filesystem::path& dir, const SpecOverrides& overrides) {
   std::filesystem::path config_path = dir / "config.json";
   json config = read_json_file(config_path);
-  ModelSpec spec = parse_model_spec(config, config_path.string());
+  std::string source = config_path.string();
+  if (!overrides.config_patch.empty()) {
+    config.merge_patch(parse_config_patch(overrides.config_patch));
+    source += " with --hf-overrides";
+  }
+  ModelSpec spec = parse_model_spec(config, source);
 
   // generation_config.json often lists extra stop ids (e.g. Llama 3's <|eot_id|>).
   std::filesystem::path generation_path = dir / "generation_config.json";
