@@ -23,9 +23,8 @@ import sys
 
 import numpy as np
 import pytest
-import requests
 
-from test_server_helpers import Server
+from test_server_helpers import cpu_greedy_completion
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -193,14 +192,7 @@ def test_auto_awq_output_generates_and_serves(tessera_bin, tmp_path):
 
 def assert_serves(tessera_bin, model, log, *flags):
     """`serve api_server` on the CPU with `flags` answers a completion of 8 tokens and stops cleanly."""
-    server = Server(tessera_bin, model, log, "--backend", "cpu", *flags)
-    try:
-        reply = requests.post(server.url + "/v1/completions", timeout=60, json={
-            "model": "demo", "prompt": "hello", "max_tokens": 8, "temperature": 0, "ignore_eos": True})
-        assert reply.status_code == 200, reply.text
-        assert reply.json()["usage"]["completion_tokens"] == 8
-    finally:
-        assert server.stop() == 0
+    assert cpu_greedy_completion(tessera_bin, model, log, *flags)["usage"]["completion_tokens"] == 8
 
 
 def test_auto_awq_refuses_sizes_the_group_does_not_divide(tessera_bin, tmp_path):

@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from test_server_helpers import Server, make_demo_model
+from test_server_helpers import Server, cpu_greedy_completion, make_demo_model
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +98,8 @@ def test_lmdeploy_step_flags_set_the_tokens_a_step(tessera_bin, demo_dir, tmp_pa
 
 def completion(binary, model, log, *flags):
     """The greedy text a server over `model` gives a fixed prompt, and its startup log."""
-    server = Server(binary, model, log, "--backend", "cpu", *flags)
-    try:
-        reply = requests.post(server.url + "/v1/completions", timeout=60, json={
-            "model": "demo", "prompt": "hello there", "max_tokens": 16, "temperature": 0, "ignore_eos": True})
-        assert reply.status_code == 200, reply.text
-    finally:
-        assert server.stop() == 0
-    return reply.json()["choices"][0]["text"], log.read_text()
+    reply = cpu_greedy_completion(binary, model, log, *flags, prompt="hello there", max_tokens=16)
+    return reply["choices"][0]["text"], log.read_text()
 
 
 @pytest.mark.parametrize("tp", [1, 2])

@@ -65,6 +65,19 @@ def metric(text, name):
     return 0.0
 
 
+def cpu_greedy_completion(binary, model_dir, log_path, *flags, prompt="hello", max_tokens=8):
+    """A server over `model_dir` on the CPU with `flags`: its reply to one greedy completion (which must
+    succeed) of `max_tokens` tokens; the server is stopped cleanly either way."""
+    server = Server(binary, model_dir, log_path, "--backend", "cpu", *flags)
+    try:
+        reply = requests.post(server.url + "/v1/completions", timeout=60, json={
+            "model": "demo", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True})
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+    finally:
+        assert server.stop() == 0
+
+
 def make_demo_model(binary, out_dir):
     if not (out_dir / "config.json").exists():
         subprocess.run([str(binary), "demo_model", str(out_dir)], check=True, capture_output=True, timeout=120)
