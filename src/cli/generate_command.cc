@@ -105,7 +105,7 @@ int run_generate(const GenerateArgs& args) {
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<model::Transformer> model;
   std::optional<model::HostModel> host_model;
-  check_weights_fit_on_gpus(args.model_dir, dtype, args.tp, device, args.tp > 1 ? &comm_plan : nullptr);
+  check_weights_fit_on_gpus(model::read_model_spec(args.model_dir), dtype, args.tp, device, args.tp > 1 ? &comm_plan : nullptr);
   if (args.tp > 1) {
     host_model = model::read_host_model(args.model_dir);
   } else {

@@ -202,10 +202,9 @@ std::shared_ptr<comm::Rendezvous> join_nodes(const EngineArgs& a, const ServingM
 
 }  // namespace
 
-void check_weights_fit_on_gpus(const std::string& model_dir, DType dtype, int tp, Device device,
+void check_weights_fit_on_gpus(model::ModelSpec spec, DType dtype, int tp, Device device,
                                const comm::CommPlan* plan) {
   if (device.is_cpu()) return;
-  model::ModelSpec spec = model::read_model_spec(model_dir);
   model::apply_architecture(spec, model::find_architecture(spec.architecture));  // its biases and head norms
   const size_t share = engine::weight_bytes(spec, dtype, true) / static_cast<size_t>(tp);
   // Ranks sharing one GPU (same-device) share its memory.
@@ -265,11 +264,11 @@ std::unique_ptr<ServingModel> load_serving_model(const EngineArgs& a) {
   if (a.tp > 1) {
     model::check_tp_size(config_spec, a.tp);  // before reading the weights
     comm_plan = choose_tp_comm(a.tp, s->device, a.disable_custom_all_reduce, a.nnodes);
-    check_weights_fit_on_gpus(a.model_path, s->dtype, a.tp, s->device, &comm_plan);
+    check_weights_fit_on_gpus(config_spec, s->dtype, a.tp, s->device, &comm_plan);
     host_model = model::read_host_model(a.model_path, overrides);
     s->spec = host_model->spec;
   } else {
-    check_weights_fit_on_gpus(a.model_path, s->dtype, 1, s->device, nullptr);
+    check_weights_fit_on_gpus(config_spec, s->dtype, 1, s->device, nullptr);
     s->backend = s->device.is_cpu() ? backend::make_cpu_backend() : backend::make_cuda_backend(s->device.index, s->dtype);
     s->model = model::load_transformer(a.model_path, *s->backend, overrides);
     s->model->set_kv_cache_format(kv_format);

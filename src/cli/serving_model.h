@@ -80,8 +80,9 @@ comm::CommPlan choose_tp_comm(int tp, Device device, bool disable_custom_all_red
 
 // Before the weights are read: each GPU rank's share of them must fit in its
 // device's free memory (engine::check_weights_fit). `plan`: the ranks'
-// devices at tp > 1 (null at tp 1: `device` alone). Nothing to check on the CPU.
-void check_weights_fit_on_gpus(const std::string& model_dir, DType dtype, int tp, Device device,
+// devices at tp > 1 (null at tp 1: `device` alone). `spec`: config.json as
+// it loads (with --hf-overrides). Nothing to check on the CPU.
+void check_weights_fit_on_gpus(model::ModelSpec spec, DType dtype, int tp, Device device,
                                const comm::CommPlan* plan);
 
 // The device the flags mean: --backend cpu or --device cpu → the CPU; a GPU
