@@ -1,0 +1,138 @@
+#include "text/grammar_vocabulary.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "text/byte_level.h"
+#include "text/decoder.h"
+#include "text/utf8.h"
+
+namespace tessera::text {
+namespace {
+
+constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
+
+// A token to decode in front of each other one, so that a tokenizer that
+// treats the first token of a text differently (SentencePiece drops its
+// leading space) shows what the token adds in the middle of a text.
+int32_t anchor_id(const Tokenizer& tokenizer) {
+  for (const char* piece : {"a", "\xE2\x96\x81" "a", "\xC4\xA0" "a"}) {
+    if (const std::optional<int32_t> id = tokenizer.piece_to_id(piece)) return *id;
+  }
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (!tokenizer.is_special(id) && !tokenizer.decode({id}, false).empty()) return id;
+  }
+  throw Error(ErrorKind::kInvalidArgument, "the tokenizer has no token with text: structured output cannot be served");
+}
+
+// Plain string bytes: what a JSON string takes anywhere, unescaped.
+bool plain_string_bytes(std::string_view bytes) {
+  for (char c : bytes) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == '"' || u == '\\') return false;
+  }
+  return !bytes.empty() && is_valid_utf8(bytes);
+}
+
+}  // namespace
+
+std::vector<std::string> token_bytes(const Tokenizer& tokenizer) {
+  const int32_t anchor = anchor_id(tokenizer);
+  const std::string base = tokenizer.decode({anchor}, false);
+  std::vector<std::string> out(static_cast<size_t>(tokenizer.vocab_size()));
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (tokenizer.is_special(id)) continue;
+    std::string piece;
+    try {
+      piece = tokenizer.id_to_piece(id);
+    } catch (const Error&) {
+      continue;  // an id with no piece
+    }
+    if (const std::optional<unsigned char> byte = parse_byte_piece(piece)) {
+      out[id] = std::string(1, static_cast<char>(*byte));
+      continue;
+    }
+    std::string text = tokenizer.decode({anchor, id}, false);
+    std::string added = text.starts_with(base) ? text.substr(base.size()) : tokenizer.decode({id}, false);
+    // A byte-level piece of part of a character decodes to U+FFFD alone; its raw bytes are what it adds.
+    if (added.find(kReplacementCharacter) != std::string::npos) {
+      if (std::optional<std::string> raw = from_byte_level(piece)) added = std::move(*raw);
+    }
+    out[id] = std::move(added);
+  }
+  return out;
+}
+
+GrammarVocabulary::GrammarVocabulary(std::vector<std::string> token_bytes)
+    : bytes_(std::move(token_bytes)), plain_((bytes_.size() + 63) / 64, 0) {
+  for (size_t id = 0; id < bytes_.size(); ++id) {
+    const std::string& b = bytes_[id];
+    if (b.empty()) continue;
+    const Entry entry{b, static_cast<int32_t>(id)};
+    all_.push_back(entry);
+    if (plain_string_bytes(b)) {
+      plain_[id / 64] |= uint64_t{1} << (id % 64);
+    } else {
+      not_plain_.push_back(entry);
+    }
+  }
+  const auto by_bytes = [](const Entry& x, const Entry& y) { return x.bytes < y.bytes; };
+  std::sort(all_.begin(), all_.end(), by_bytes);
+  std::sort(not_plain_.begin(), not_plain_.end(), by_bytes);
+}
+
+void GrammarVocabulary::allowed(const JsonMatcher& matcher, std::span<uint64_t> allowed) const {
+  TESSERA_CHECK(allowed.size() >= plain_.size());
+  if (matcher.in_plain_string()) {
+    for (size_t w = 0; w < plain_.size(); ++w) allowed[w] |= plain_[w];
+    search(matcher, not_plain_, allowed);
+  } else {
+    search(matcher, all_, allowed);
+  }
+}
+
+void GrammarVocabulary::search(const JsonMatcher& root, const std::vector<Entry>& sorted,
+                               std::span<uint64_t> allowed) {
+  // states[d]: root advanced by the current token's first d bytes; states
+  // [0, valid] hold the previous token's prefixes, which the next token
+  // shares up to their common length.
+  std::vector<JsonMatcher> states(1, root);
+  std::string_view previous;
+  size_t valid = 0;
+  size_t i = 0;
+  while (i < sorted.size()) {
+    const std::string_view token = sorted[i].bytes;
+    size_t depth = 0;
+    const size_t shared = std::min({valid, previous.size(), token.size()});
+    while (depth < shared && previous[depth] == token[depth]) ++depth;
+    bool dead = false;
+    for (; depth < token.size(); ++depth) {
+      if (states.size() <= depth + 1) states.push_back(root);
+      if (!states[depth + 1].assign_advanced(states[depth], static_cast<uint8_t>(token[depth]))) {
+        dead = true;
+        break;
+      }
+    }
+    previous = token;
+    valid = depth;
+    if (!dead) {
+      const auto id = static_cast<size_t>(sorted[i].id);
+      allowed[id / 64] |= uint64_t{1} << (id % 64);
+      ++i;
+      continue;
+    }
+    // Every token that starts with the dead prefix is dead too; they follow this one.
+    const std::string_view prefix = token.substr(0, depth + 1);
+    i = static_cast<size_t>(std::partition_point(sorted.begin() + static_cast<std::ptrdiff_t>(i), sorted.end(),
+                                                 [&](const Entry& e) { return e.bytes.starts_with(prefix); }) -
+                            sorted.begin());
+  }
+}
+
+bool JsonTokenMatcher::accept(int32_t id) {
+  if (id < 0 || id >= vocabulary_->size()) return false;
+  const std::string& bytes = vocabulary_->bytes(id);
+  return !bytes.empty() && matcher_.advance(bytes);
+}
+
+}  // namespace tessera::text

@@ -1,0 +1,84 @@
+// GrammarVocabulary: a tokenizer's tokens as the bytes each appends to a
+// text, sorted, so that the tokens a JsonMatcher takes next are found by one
+// walk over the shared prefixes (a dead prefix skips every token under it).
+// JsonTokenMatcher: one output's matcher over those tokens.
+//
+// Written here because no packaged library does it: the engines that
+// constrain decoding to a grammar (xgrammar, llguidance, outlines-core) are
+// not in Debian.
+//
+// Inside a string with no length bound, the matcher's answer for a token of
+// plain string bytes (no quote, backslash or control byte; whole UTF-8
+// characters) is always yes, so those tokens come from a precomputed mask and
+// only the rest of the vocabulary is walked.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "text/json_grammar.h"
+#include "text/json_matcher.h"
+#include "text/tokenizer.h"
+
+namespace tessera::text {
+
+// The bytes each id of `tokenizer` appends to a text that has tokens before
+// it (SentencePiece's word-start mark as a space, byte pieces as their byte,
+// byte-level pieces as their raw bytes); empty for special tokens and ids
+// with no piece.
+std::vector<std::string> token_bytes(const Tokenizer& tokenizer);
+
+class GrammarVocabulary {
+ public:
+  explicit GrammarVocabulary(std::vector<std::string> token_bytes);
+  explicit GrammarVocabulary(const Tokenizer& tokenizer) : GrammarVocabulary(token_bytes(tokenizer)) {}
+  GrammarVocabulary(const GrammarVocabulary&) = delete;  // the sorted views point into bytes_
+  GrammarVocabulary& operator=(const GrammarVocabulary&) = delete;
+
+  int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
+  // The bytes of `id` (empty: the id is never allowed).
+  const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
+  // Sets bit id (word id / 64, bit id % 64) of `allowed` for every token whose
+  // bytes `matcher` takes; other bits are left as they are. `allowed` holds
+  // at least ceil(size() / 64) words. Safe from many threads at once.
+  void allowed(const JsonMatcher& matcher, std::span<uint64_t> allowed) const;
+
+ private:
+  struct Entry {
+    std::string_view bytes;  // into bytes_
+    int32_t id;
+  };
+  // Marks every token of `sorted` whose bytes `root` takes.
+  static void search(const JsonMatcher& root, const std::vector<Entry>& sorted, std::span<uint64_t> allowed);
+
+  std::vector<std::string> bytes_;  // [size] by id
+  std::vector<Entry> all_;          // every non-empty token, sorted by bytes
+  std::vector<Entry> not_plain_;    // the tokens that are not plain string bytes, sorted
+  std::vector<uint64_t> plain_;     // [ceil(size / 64)] the plain string tokens
+};
+
+// One output's position in a JsonGrammar, token by token.
+class JsonTokenMatcher {
+ public:
+  JsonTokenMatcher(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const GrammarVocabulary> vocabulary)
+      : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), matcher_(*grammar_) {}
+  JsonTokenMatcher(const JsonTokenMatcher& other)
+      : grammar_(other.grammar_), vocabulary_(other.vocabulary_), matcher_(other.matcher_) {}
+
+  void allowed(std::span<uint64_t> allowed) const { vocabulary_->allowed(matcher_, allowed); }
+  // Takes token `id`; false (nothing changes) when its bytes do not fit.
+  bool accept(int32_t id);
+  bool can_end() const { return matcher_.can_end(); }
+  bool done() const { return matcher_.done(); }
+
+ private:
+  std::shared_ptr<const JsonGrammar> grammar_;
+  std::shared_ptr<const GrammarVocabulary> vocabulary_;
+  JsonMatcher matcher_;
+};
+
+}  // namespace tessera::text

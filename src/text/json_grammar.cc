@@ -1,0 +1,281 @@
+#include "text/json_grammar.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace tessera::text {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Kind = GrammarNode::Kind;
+
+// Keywords that say nothing about what may be written.
+const std::set<std::string> kAnnotations = {"title",      "description", "default",  "examples",  "$schema",
+                                            "$id",        "$comment",    "deprecated", "readOnly", "writeOnly",
+                                            "strict",     "$defs",       "definitions"};
+// Keywords compiled below.
+const std::set<std::string> kCompiled = {"type",  "enum",     "const",    "anyOf",    "oneOf",
+                                         "allOf", "$ref",     "properties", "required", "additionalProperties",
+                                         "items", "minItems", "maxItems", "minLength", "maxLength"};
+
+std::string escape_pointer_token(const std::string& token) {
+  std::string out;
+  for (char c : token) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+GrammarNode node_of(Kind kind) {
+  GrammarNode node;
+  node.kind = kind;
+  return node;
+}
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const Json& root) : root_(root) { add_fixed_nodes(); }
+
+  JsonGrammar finish(int32_t root) {
+    grammar_.root = root;
+    return std::move(grammar_);
+  }
+
+  // The node of `schema`, found at `where` (a JSON pointer, for errors).
+  int32_t compile(const Json& schema, const std::string& where) {
+    if (schema.is_boolean()) {
+      if (schema.get<bool>()) return JsonGrammar::kAnyValue;
+      fail(where, "the schema false admits no value");
+    }
+    if (!schema.is_object()) fail(where, "a schema must be an object or a boolean");
+    for (const auto& [key, value] : schema.items()) {
+      if (!kAnnotations.contains(key) && !kCompiled.contains(key)) {
+        fail(where, fmt::format("the keyword '{}' is not supported by structured output (supported: type, enum, "
+                                "const, anyOf, oneOf, allOf of one schema, $ref, properties, required, "
+                                "additionalProperties false, items, minItems, maxItems, minLength, maxLength)",
+                                key));
+      }
+    }
+    if (const auto ref = schema.find("$ref"); ref != schema.end()) {
+      if (schema.size() > 1 && (schema.contains("type") || schema.contains("properties"))) {
+        fail(where, "$ref beside other constraints is not supported");
+      }
+      return reference(*ref, where);
+    }
+    if (const auto all = schema.find("allOf"); all != schema.end()) {
+      if (!all->is_array() || all->size() != 1) fail(where + "/allOf", "allOf is supported with one schema only");
+      return compile((*all)[0], where + "/allOf/0");
+    }
+    if (const auto c = schema.find("const"); c != schema.end()) return literals({*c}, where + "/const");
+    if (const auto e = schema.find("enum"); e != schema.end()) {
+      if (!e->is_array() || e->empty()) fail(where + "/enum", "enum must be a non-empty list");
+      return literals(std::vector<Json>(e->begin(), e->end()), where + "/enum");
+    }
+    for (const char* word : {"anyOf", "oneOf"}) {
+      if (const auto any = schema.find(word); any != schema.end()) {
+        if (!any->is_array() || any->empty()) {
+          fail(where + "/" + word, fmt::format("{} must be a non-empty list", word));
+        }
+        const int32_t node = add(node_of(Kind::kAnyOf));
+        std::vector<int32_t> options;
+        for (size_t i = 0; i < any->size(); ++i) {
+          options.push_back(compile((*any)[i], fmt::format("{}/{}/{}", where, word, i)));
+        }
+        grammar_.nodes[node].options = std::move(options);
+        return node;
+      }
+    }
+    const auto type = schema.find("type");
+    if (type == schema.end()) {
+      if (schema.contains("properties") || schema.contains("required")) return typed(schema, "object", where);
+      if (schema.contains("items")) return typed(schema, "array", where);
+      if (schema.contains("minLength") || schema.contains("maxLength")) return typed(schema, "string", where);
+      return JsonGrammar::kAnyValue;
+    }
+    if (type->is_string()) return typed(schema, type->get<std::string>(), where);
+    if (!type->is_array() || type->empty()) fail(where + "/type", "type must be a name or a non-empty list of names");
+    const int32_t node = add(node_of(Kind::kAnyOf));
+    std::vector<int32_t> options;
+    for (const Json& name : *type) {
+      if (!name.is_string()) fail(where + "/type", "type must be a name or a non-empty list of names");
+      options.push_back(typed(schema, name.get<std::string>(), where));
+    }
+    grammar_.nodes[node].options = std::move(options);
+    return node;
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& where, const std::string& what) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("response_format's schema at '{}': {}", where, what));
+  }
+
+  int32_t add(GrammarNode node) {
+    grammar_.nodes.push_back(std::move(node));
+    return static_cast<int32_t>(grammar_.nodes.size() - 1);
+  }
+
+  void add_fixed_nodes() {
+    add(node_of(Kind::kAny));
+    GrammarNode object = node_of(Kind::kObject);
+    object.free_keys = true;
+    add(std::move(object));
+    add(node_of(Kind::kArray));
+    GrammarNode boolean = node_of(Kind::kLiterals);
+    boolean.literals = {"true", "false"};
+    add(std::move(boolean));
+    GrammarNode null = node_of(Kind::kLiterals);
+    null.literals = {"null"};
+    add(std::move(null));
+    add(node_of(Kind::kString));
+  }
+
+  int32_t reference(const Json& ref, const std::string& where) {
+    if (!ref.is_string()) fail(where + "/$ref", "$ref must be a string");
+    const std::string pointer = ref.get<std::string>();
+    if (pointer != "#" && !pointer.starts_with("#/")) {
+      fail(where + "/$ref",
+           fmt::format("only references into the same schema (#/...) are supported, not '{}'", pointer));
+    }
+    if (const auto known = refs_.find(pointer); known != refs_.end()) return known->second;
+    const Json* target = nullptr;
+    try {
+      target = &root_.at(Json::json_pointer(pointer.substr(1)));
+    } catch (const std::exception&) {
+      fail(where + "/$ref", fmt::format("'{}' names nothing in the schema", pointer));
+    }
+    // A placeholder first, so a recursive reference finds it: an anyOf of the
+    // one compiled target.
+    const int32_t node = add(node_of(Kind::kAnyOf));
+    refs_[pointer] = node;
+    const int32_t compiled = compile(*target, pointer);
+    grammar_.nodes[node].options = {compiled};
+    return node;
+  }
+
+  int32_t literals(const std::vector<Json>& values, const std::string& where) {
+    if (values.size() > JsonGrammar::kMaxAlternatives) {
+      fail(where, fmt::format("at most {} values are supported", JsonGrammar::kMaxAlternatives));
+    }
+    GrammarNode node = node_of(Kind::kLiterals);
+    for (const Json& v : values) {
+      std::string text = v.dump();
+      if (std::find(node.literals.begin(), node.literals.end(), text) == node.literals.end()) {
+        node.literals.push_back(std::move(text));
+      }
+    }
+    return add(std::move(node));
+  }
+
+  static int64_t count(const Json& schema, const char* key, const std::string& where) {
+    const auto it = schema.find(key);
+    if (it == schema.end()) return -1;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+      fail(where + "/" + key, fmt::format("{} must be a non-negative integer", key));
+    }
+    return it->get<int64_t>();
+  }
+
+  int32_t typed(const Json& schema, const std::string& type, const std::string& where) {
+    if (type == "string") {
+      GrammarNode node = node_of(Kind::kString);
+      node.min_length = std::max<int64_t>(0, count(schema, "minLength", where));
+      node.max_length = count(schema, "maxLength", where);
+      if (node.max_length >= 0 && node.max_length < node.min_length) fail(where, "maxLength is below minLength");
+      return add(std::move(node));
+    }
+    if (type == "number") return add(node_of(Kind::kNumber));
+    if (type == "integer") return add(node_of(Kind::kInteger));
+    if (type == "boolean") return JsonGrammar::kBoolean;
+    if (type == "null") return JsonGrammar::kNull;
+    if (type == "array") return array(schema, where);
+    if (type == "object") return object(schema, where);
+    fail(where + "/type", fmt::format("unknown type '{}'", type));
+  }
+
+  int32_t array(const Json& schema, const std::string& where) {
+    const int32_t node = add(node_of(Kind::kArray));
+    const int64_t min_items = std::max<int64_t>(0, count(schema, "minItems", where));
+    const int64_t max_items = count(schema, "maxItems", where);
+    if (max_items >= 0 && max_items < min_items) fail(where, "maxItems is below minItems");
+    int32_t items = -1;
+    if (const auto it = schema.find("items"); it != schema.end()) {
+      if (it->is_array()) fail(where + "/items", "items as a list (tuples) is not supported");
+      items = compile(*it, where + "/items");
+    }
+    GrammarNode& n = grammar_.nodes[node];
+    n.min_items = min_items;
+    n.max_items = max_items;
+    n.items = items;
+    return node;
+  }
+
+  int32_t object(const Json& schema, const std::string& where) {
+    const int32_t node = add(node_of(Kind::kObject));
+    bool additional = true;
+    if (const auto it = schema.find("additionalProperties"); it != schema.end()) {
+      if (!(it->is_boolean() && !it->get<bool>())) {
+        fail(where + "/additionalProperties",
+             "only additionalProperties false is supported (structured output writes the listed properties)");
+      }
+      additional = false;
+    }
+    std::set<std::string> required;
+    if (const auto it = schema.find("required"); it != schema.end()) {
+      if (!it->is_array()) fail(where + "/required", "required must be a list of names");
+      for (const Json& name : *it) {
+        if (!name.is_string()) fail(where + "/required", "required must be a list of names");
+        required.insert(name.get<std::string>());
+      }
+    }
+    const auto props = schema.find("properties");
+    if (props == schema.end()) {
+      if (!required.empty()) fail(where + "/required", "required names properties the schema does not list");
+      grammar_.nodes[node].free_keys = additional;
+      return node;
+    }
+    if (!props->is_object()) fail(where + "/properties", "properties must be an object");
+    if (props->size() > JsonGrammar::kMaxAlternatives) {
+      fail(where + "/properties", fmt::format("at most {} properties are supported", JsonGrammar::kMaxAlternatives));
+    }
+    std::vector<GrammarNode::Property> properties;
+    for (const auto& [name, sub] : props->items()) {
+      GrammarNode::Property p;
+      p.key = Json(name).dump().substr(1);
+      p.required = required.erase(name) > 0;
+      p.value = compile(sub, where + "/properties/" + escape_pointer_token(name));
+      properties.push_back(std::move(p));
+    }
+    if (!required.empty()) {
+      fail(where + "/required", fmt::format("'{}' is required but not among the properties", *required.begin()));
+    }
+    grammar_.nodes[node].properties = std::move(properties);
+    return node;
+  }
+
+  const Json& root_;
+  JsonGrammar grammar_;
+  std::map<std::string, int32_t> refs_;
+};
+
+}  // namespace
+
+JsonGrammar any_json_object() {
+  SchemaCompiler compiler(Json::object());
+  return compiler.finish(JsonGrammar::kAnyObject);
+}
+
+JsonGrammar compile_json_schema(const nlohmann::ordered_json& schema) {
+  SchemaCompiler compiler(schema);
+  const int32_t root = compiler.compile(schema, "#");
+  return compiler.finish(root);
+}
+
+}  // namespace tessera::text

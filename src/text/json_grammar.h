@@ -1,0 +1,78 @@
+// JsonGrammar: what a structured-output request lets the model write, as a
+// small graph of value kinds compiled from a JSON Schema (OpenAI's
+// response_format json_schema) or standing for "any JSON object"
+// (response_format json_object). JsonMatcher (json_matcher.h) runs it over
+// bytes.
+//
+// The schema subset, and what each keyword makes the model write:
+//   type (a name or a list of names), enum, const, anyOf / oneOf (oneOf's
+//   exclusivity is not enforced), allOf of one schema, $ref into the same
+//   document (#, #/$defs/..., #/definitions/...; recursion allowed);
+//   objects: properties (written in the order the schema lists them; required
+//   ones always, optional ones may be left out), required, additionalProperties
+//   false (also when absent, as OpenAI's strict mode requires: only the listed
+//   properties are written); an object with no properties and no
+//   additionalProperties false takes any keys and values;
+//   arrays: items, minItems, maxItems; strings: minLength, maxLength (code
+//   points; an escape counts as one).
+//   Annotations (title, description, default, examples, $schema, $id,
+//   $comment, deprecated, readOnly, writeOnly, strict) are ignored.
+// Anything else (pattern, format, minimum, ...) is refused with
+// Error(kInvalidArgument) naming the keyword and where it is, rather than
+// quietly not enforced.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::text {
+
+struct GrammarNode {
+  enum class Kind : uint8_t {
+    kAny,       // any JSON value
+    kObject,    // properties, or free keys with any values
+    kArray,     // items (node, or -1: any value), counts
+    kString,    // lengths
+    kNumber,    // any JSON number
+    kInteger,   // a number without fraction or exponent
+    kLiterals,  // one of `literals` (JSON texts): enum, const, true/false, null
+    kAnyOf,     // a value of one of `options`
+  };
+  struct Property {
+    std::string key;  // the name as JSON text after its opening quote, closing quote included
+    int32_t value = 0;
+    bool required = false;
+  };
+  Kind kind = Kind::kAny;
+  std::vector<Property> properties;  // kObject, at most kMaxAlternatives
+  bool free_keys = false;            // kObject: any keys, each with any value
+  int32_t items = -1;                // kArray
+  int64_t min_items = 0, max_items = -1;    // kArray; -1: no bound
+  int64_t min_length = 0, max_length = -1;  // kString; -1: no bound
+  std::vector<std::string> literals;        // kLiterals, at most kMaxAlternatives
+  std::vector<int32_t> options;             // kAnyOf
+};
+
+struct JsonGrammar {
+  // Alternatives the matcher tracks in one 64-bit word: properties of an
+  // object, values of an enum.
+  static constexpr size_t kMaxAlternatives = 64;
+  // Nodes every grammar has, at these indices.
+  static constexpr int32_t kAnyValue = 0, kAnyObject = 1, kAnyArray = 2, kBoolean = 3, kNull = 4, kAnyString = 5;
+
+  std::vector<GrammarNode> nodes;
+  int32_t root = kAnyValue;
+};
+
+// response_format {"type": "json_object"}: one JSON object, any content.
+JsonGrammar any_json_object();
+
+// response_format {"type": "json_schema"}: `schema` compiled. Throws
+// Error(kInvalidArgument) naming the keyword and its JSON pointer for what
+// the subset above does not cover or a malformed value.
+JsonGrammar compile_json_schema(const nlohmann::ordered_json& schema);
+
+}  // namespace tessera::text

@@ -1,0 +1,449 @@
+#include "text/json_matcher.h"
+
+#include <bit>
+#include <cstring>
+
+namespace tessera::text {
+namespace {
+
+using Frame = JsonMatcher::Frame;
+using FrameKind = JsonMatcher::FrameKind;
+using Kind = GrammarNode::Kind;
+
+// Frame states.
+enum ObjectState : uint8_t { kObjectOpen, kObjectNextKey, kObjectColon, kObjectAfterValue };
+enum ArrayState : uint8_t { kArrayOpen, kArrayAfterValue };
+enum StringState : uint8_t { kChars, kEscape, kHex, kUtf8 };
+enum NumberState : uint8_t { kStart, kMinus, kZero, kInt, kDot, kFrac, kExp, kExpSign, kExpDigits, kNoNumberState };
+
+// anyOf inside anyOf (a $ref is one) deeper than this is taken as a cycle.
+constexpr int kMaxOptionDepth = 16;
+
+bool is_whitespace(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+bool number_complete(uint8_t state) {
+  return state == kZero || state == kInt || state == kFrac || state == kExpDigits;
+}
+
+Frame frame(FrameKind kind, int32_t node) {
+  Frame f;
+  f.kind = kind;
+  f.node = node;
+  return f;
+}
+
+uint64_t first_bits(size_t n) { return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
+
+// Calls fn(i) for each set bit i of `bits`.
+template <typename Fn>
+void for_each_bit(uint64_t bits, Fn fn) {
+  while (bits != 0) {
+    fn(std::countr_zero(bits));
+    bits &= bits - 1;
+  }
+}
+
+// The next number state after `c`, or kNoNumberState.
+uint8_t number_step(uint8_t state, uint8_t c, bool integer) {
+  const bool digit = is_digit(c), exponent = (c == 'e' || c == 'E') && !integer, dot = c == '.' && !integer;
+  switch (state) {
+    case kStart: return c == '-' ? kMinus : c == '0' ? kZero : digit ? kInt : kNoNumberState;
+    case kMinus: return c == '0' ? kZero : digit ? kInt : kNoNumberState;
+    case kZero: return dot ? kDot : exponent ? kExp : kNoNumberState;
+    case kInt: return digit ? kInt : dot ? kDot : exponent ? kExp : kNoNumberState;
+    case kDot: return digit ? kFrac : kNoNumberState;
+    case kFrac: return digit ? kFrac : exponent ? kExp : kNoNumberState;
+    case kExp: return c == '+' || c == '-' ? kExpSign : digit ? kExpDigits : kNoNumberState;
+    case kExpSign:
+    case kExpDigits: return digit ? kExpDigits : kNoNumberState;
+    default: return kNoNumberState;
+  }
+}
+
+// A UTF-8 lead byte: how many continuation bytes follow and the first one's range.
+bool utf8_lead(uint8_t c, Frame& f) {
+  f.low = 0x80;
+  f.high = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) f.pending = 1;
+  else if (c == 0xE0) f.pending = 2, f.low = 0xA0;
+  else if (c == 0xED) f.pending = 2, f.high = 0x9F;  // no surrogates
+  else if (c >= 0xE1 && c <= 0xEF) f.pending = 2;
+  else if (c == 0xF0) f.pending = 3, f.low = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) f.pending = 3;
+  else if (c == 0xF4) f.pending = 3, f.high = 0x8F;  // up to U+10FFFF
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+JsonMatcher::JsonMatcher(const JsonGrammar& grammar) : grammar_(&grammar) {
+  frames_.push_back(frame(FrameKind::kValue, grammar.root));
+  ends_.push_back(1);
+}
+
+bool JsonMatcher::advance(uint8_t byte) {
+  JsonMatcher next(*grammar_);
+  if (!next.assign_advanced(*this, byte)) return false;
+  *this = std::move(next);
+  return true;
+}
+
+bool JsonMatcher::advance(std::string_view bytes) {
+  JsonMatcher next = *this;
+  for (char c : bytes) {
+    if (!next.advance(static_cast<uint8_t>(c))) return false;
+  }
+  *this = std::move(next);
+  return true;
+}
+
+bool JsonMatcher::assign_advanced(const JsonMatcher& from, uint8_t byte) {
+  grammar_ = from.grammar_;
+  frames_.clear();
+  ends_.clear();
+  uint32_t begin = 0;
+  for (uint32_t end : from.ends_) {
+    work_.assign(from.frames_.begin() + begin, from.frames_.begin() + end);
+    feed(work_, byte, frames_, ends_, 0);
+    begin = end;
+  }
+  return !ends_.empty();
+}
+
+void JsonMatcher::add_stack(const Stack& stack, std::vector<Frame>& frames, std::vector<uint32_t>& ends) const {
+  uint32_t begin = 0;
+  for (uint32_t end : ends) {
+    if (end - begin == stack.size() && std::equal(stack.begin(), stack.end(), frames.begin() + begin)) return;
+    begin = end;
+  }
+  if (ends.size() >= kMaxAlternatives) return;
+  frames.insert(frames.end(), stack.begin(), stack.end());
+  ends.push_back(static_cast<uint32_t>(frames.size()));
+}
+
+uint64_t JsonMatcher::key_window(const Frame& f) const {
+  const auto& properties = grammar_->nodes[f.node].properties;
+  uint64_t window = 0;
+  for (size_t i = static_cast<size_t>(f.a); i < properties.size(); ++i) {
+    window |= uint64_t{1} << i;
+    if (properties[i].required) break;
+  }
+  return window;
+}
+
+bool JsonMatcher::may_close_object(const Frame& f) const {
+  const GrammarNode& n = grammar_->nodes[f.node];
+  if (n.free_keys) return true;
+  for (size_t i = static_cast<size_t>(f.a); i < n.properties.size(); ++i) {
+    if (n.properties[i].required) return false;
+  }
+  return true;
+}
+
+void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vector<uint32_t>& ends,
+                       int option_depth) const {
+  const std::vector<GrammarNode>& nodes = grammar_->nodes;
+  const bool ws = is_whitespace(c);
+  const auto take = [&] { add_stack(s, frames, ends); };
+  // Whitespace a structural frame takes, up to the cap.
+  const auto take_whitespace = [&](Frame& f) {
+    if (f.whitespace >= kMaxWhitespace) return;
+    ++f.whitespace;
+    take();
+  };
+  while (!s.empty()) {  // an empty stack is a whole value: nothing may follow
+    Frame& f = s.back();
+    switch (f.kind) {
+      case FrameKind::kValue: {
+        if (ws) return take_whitespace(f);
+        const GrammarNode& n = nodes[f.node];
+        switch (n.kind) {
+          case Kind::kAnyOf:
+            if (option_depth >= kMaxOptionDepth) return;
+            for (int32_t option : n.options) {
+              Stack copy = s;
+              copy.back().node = option;
+              feed(copy, c, frames, ends, option_depth + 1);
+            }
+            return;
+          case Kind::kAny:
+            if (c == '{') f.node = JsonGrammar::kAnyObject;
+            else if (c == '[') f.node = JsonGrammar::kAnyArray;
+            else if (c == '"') f.node = JsonGrammar::kAnyString;
+            else if (c == 't' || c == 'f') f.node = JsonGrammar::kBoolean;
+            else if (c == 'n') f.node = JsonGrammar::kNull;
+            else if (c == '-' || is_digit(c)) f = frame(FrameKind::kNumber, f.node);
+            else return;
+            continue;
+          case Kind::kObject:
+            if (c != '{') return;
+            f = frame(FrameKind::kObject, f.node);
+            return take();
+          case Kind::kArray:
+            if (c != '[') return;
+            f = frame(FrameKind::kArray, f.node);
+            return take();
+          case Kind::kString:
+            if (c != '"') return;
+            f = frame(FrameKind::kString, f.node);
+            return take();
+          case Kind::kNumber:
+          case Kind::kInteger:
+            f = frame(FrameKind::kNumber, f.node);
+            f.b = n.kind == Kind::kInteger ? 1 : 0;
+            continue;
+          case Kind::kLiterals:
+            f = frame(FrameKind::kLiterals, f.node);
+            f.alive = first_bits(n.literals.size());
+            continue;
+        }
+        return;
+      }
+      case FrameKind::kObject: {
+        if (ws) return take_whitespace(f);
+        const GrammarNode& n = nodes[f.node];
+        f.whitespace = 0;
+        switch (f.state) {
+          case kObjectOpen:
+          case kObjectNextKey:
+            if (c == '}' && f.state == kObjectOpen && may_close_object(f)) {
+              s.pop_back();
+              return take();
+            }
+            if (c != '"') return;
+            f.state = kObjectColon;
+            if (n.free_keys) {
+              s.push_back(frame(FrameKind::kString, JsonGrammar::kAnyString));
+            } else {
+              const uint64_t window = key_window(f);
+              if (window == 0) return;
+              Frame key = frame(FrameKind::kKey, f.node);
+              key.alive = window;
+              s.push_back(key);
+            }
+            return take();
+          case kObjectColon: {
+            if (c != ':') return;
+            f.state = kObjectAfterValue;
+            const int32_t value = n.free_keys ? JsonGrammar::kAnyValue : f.b;
+            s.push_back(frame(FrameKind::kValue, value));
+            return take();
+          }
+          default:  // kObjectAfterValue
+            if (c == ',') {
+              if (!n.free_keys && key_window(f) == 0) return;
+              f.state = kObjectNextKey;
+              return take();
+            }
+            if (c == '}' && may_close_object(f)) {
+              s.pop_back();
+              return take();
+            }
+            return;
+        }
+      }
+      case FrameKind::kKey: {
+        const auto& properties = nodes[f.node].properties;
+        uint64_t alive = 0;
+        for_each_bit(f.alive, [&](int i) {
+          const std::string& key = properties[i].key;
+          if (static_cast<size_t>(f.a) < key.size() && static_cast<uint8_t>(key[f.a]) == c) alive |= uint64_t{1} << i;
+        });
+        if (alive == 0) return;
+        f.alive = alive;
+        ++f.a;
+        if (c == '"') {
+          // A key's text ends at its only unescaped quote, so at most one ends here.
+          int done = -1;
+          for_each_bit(alive, [&](int i) {
+            if (properties[i].key.size() == static_cast<size_t>(f.a)) done = i;
+          });
+          if (done >= 0) {
+            s.pop_back();
+            s.back().a = done + 1;
+            s.back().b = properties[done].value;
+          }
+        }
+        return take();
+      }
+      case FrameKind::kArray: {
+        if (ws) return take_whitespace(f);
+        const GrammarNode& n = nodes[f.node];
+        const int32_t items = n.items >= 0 ? n.items : JsonGrammar::kAnyValue;
+        f.whitespace = 0;
+        if (f.state == kArrayOpen) {
+          if (c == ']') {
+            if (n.min_items > 0) return;
+            s.pop_back();
+            return take();
+          }
+          if (n.max_items == 0) return;
+          f.state = kArrayAfterValue;
+          f.a = 1;
+          s.push_back(frame(FrameKind::kValue, items));
+          continue;  // the byte starts the first item
+        }
+        if (c == ',') {
+          if (n.max_items >= 0 && f.a >= n.max_items) return;
+          ++f.a;
+          s.push_back(frame(FrameKind::kValue, items));
+          return take();
+        }
+        if (c == ']' && f.a >= n.min_items) {
+          s.pop_back();
+          return take();
+        }
+        return;
+      }
+      case FrameKind::kString: {
+        const GrammarNode& n = nodes[f.node];
+        switch (f.state) {
+          case kUtf8:
+            if (c < f.low || c > f.high) return;
+            f.low = 0x80;
+            f.high = 0xBF;
+            if (--f.pending == 0) f.state = kChars, f.low = f.high = 0;
+            return take();
+          case kEscape:
+            if (c == 'u') {
+              f.state = kHex;
+              f.pending = 4;
+              f.b = 0;
+              return take();
+            }
+            if (c == 0 || std::strchr("\"\\/bfnrt", c) == nullptr) return;
+            if (n.max_length >= 0 && f.a >= n.max_length) return;
+            ++f.a;
+            f.state = kChars;
+            f.low = 0;
+            return take();
+          case kHex: {
+            if (!is_hex(c)) return;
+            f.b = f.b * 16 + (is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
+            if (--f.pending > 0) return take();
+            // A low surrogate's escape after a high one's is the same code
+            // point: counted once, as JSON readers (and maxLength) count it.
+            if (!(f.b >= 0xDC00 && f.b <= 0xDFFF && f.low == 1)) {
+              if (n.max_length >= 0 && f.a >= n.max_length) return;
+              ++f.a;
+            }
+            f.high = f.b >= 0xD800 && f.b <= 0xDBFF ? 1 : 0;
+            f.state = kChars;
+            f.low = 0;
+            f.b = 0;
+            return take();
+          }
+          default: {  // kChars; high == 1: the last character was a high surrogate's escape
+            const uint8_t after_high_surrogate = f.high;
+            f.high = 0;
+            if (c == '"') {
+              if (f.a < n.min_length) return;
+              s.pop_back();
+              return take();
+            }
+            if (c < 0x20) return;
+            const bool full = n.max_length >= 0 && f.a >= n.max_length;
+            if (c == '\\') {  // counted once the escape is whole
+              if (full && after_high_surrogate == 0) return;
+              f.state = kEscape;
+              f.low = after_high_surrogate;  // kept through the escape
+              return take();
+            }
+            if (full) return;
+            if (c >= 0x80) {
+              if (!utf8_lead(c, f)) return;
+              f.state = kUtf8;
+            }
+            ++f.a;
+            return take();
+          }
+        }
+      }
+      case FrameKind::kNumber: {
+        const bool too_long = is_digit(c) && f.a >= kMaxDigits;
+        const uint8_t next = too_long ? uint8_t{kNoNumberState} : number_step(f.state, c, f.b != 0);
+        if (next != kNoNumberState) {
+          if (is_digit(c)) ++f.a;
+          f.state = next;
+          return take();
+        }
+        if (!number_complete(f.state)) return;
+        s.pop_back();  // the byte belongs to what follows the number
+        continue;
+      }
+      case FrameKind::kLiterals: {
+        const auto& literals = nodes[f.node].literals;
+        const auto at = static_cast<size_t>(f.a);
+        uint64_t alive = 0;
+        bool complete = false;
+        for_each_bit(f.alive, [&](int i) {
+          const std::string& text = literals[i];
+          if (text.size() == at) complete = true;
+          else if (static_cast<uint8_t>(text[at]) == c) alive |= uint64_t{1} << i;
+        });
+        if (alive != 0) {
+          f.alive = alive;
+          ++f.a;
+          bool grows = false;
+          for_each_bit(alive, [&](int i) { grows |= literals[i].size() > at + 1; });
+          if (!grows) s.pop_back();  // whole: what follows is the parent's
+          return take();
+        }
+        if (!complete) return;
+        s.pop_back();  // the byte belongs to what follows the literal
+        continue;
+      }
+    }
+    return;
+  }
+}
+
+bool JsonMatcher::ends_complete(std::vector<Frame>::const_iterator begin,
+                                std::vector<Frame>::const_iterator end) const {
+  for (auto it = end; it != begin; --it) {
+    const Frame& f = *(it - 1);
+    if (f.kind == FrameKind::kNumber && number_complete(f.state)) continue;
+    if (f.kind == FrameKind::kLiterals) {
+      bool complete = false;
+      const auto& literals = grammar_->nodes[f.node].literals;
+      for_each_bit(f.alive, [&](int i) { complete |= literals[i].size() == static_cast<size_t>(f.a); });
+      if (complete) continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+bool JsonMatcher::can_end() const {
+  uint32_t begin = 0;
+  for (uint32_t end : ends_) {
+    if (ends_complete(frames_.begin() + begin, frames_.begin() + end)) return true;
+    begin = end;
+  }
+  return false;
+}
+
+bool JsonMatcher::done() const {
+  uint32_t begin = 0;
+  for (uint32_t end : ends_) {
+    if (end != begin) return false;
+    begin = end;
+  }
+  return !ends_.empty();
+}
+
+bool JsonMatcher::in_plain_string() const {
+  uint32_t begin = 0;
+  for (uint32_t end : ends_) {
+    if (end == begin) return false;
+    const Frame& top = frames_[end - 1];
+    if (top.kind != FrameKind::kString || top.state != kChars) return false;
+    if (grammar_->nodes[top.node].max_length >= 0) return false;
+    begin = end;
+  }
+  return !ends_.empty();
+}
+
+}  // namespace tessera::text

@@ -1,0 +1,92 @@
+// JsonMatcher: reads a JsonGrammar's text byte by byte and says which bytes
+// may come next, for constrained decoding (grammar_vocabulary.h turns that
+// into the tokens that may come next).
+//
+// The state is a set of alternatives (an anyOf opens one per option, and
+// those that a byte rules out are dropped), each a stack of frames: the
+// values being written, innermost last. A byte is accepted when at least one
+// alternative takes it. An empty stack is a complete value that nothing may
+// follow. What the matcher writes is stricter than JSON in two ways that keep
+// a model from rambling: a run of whitespace is at most kMaxWhitespace bytes,
+// and a number at most kMaxDigits digits. Strings must be valid UTF-8 with
+// JSON's escapes; control bytes are refused.
+//
+// Copying is cheap (two flat vectors, whose capacity assignment reuses), so a
+// search over a vocabulary keeps one matcher per depth.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "text/json_grammar.h"
+
+namespace tessera::text {
+
+class JsonMatcher {
+ public:
+  static constexpr int kMaxWhitespace = 20;
+  static constexpr int kMaxDigits = 24;
+  static constexpr size_t kMaxAlternatives = 64;
+
+  // `grammar` must outlive the matcher and its copies.
+  explicit JsonMatcher(const JsonGrammar& grammar);
+
+  // Takes `byte`; false (and the state unchanged) when no alternative can.
+  bool advance(uint8_t byte);
+  // All of `bytes`, or none of them (false).
+  bool advance(std::string_view bytes);
+  // *this = `from` advanced by `byte`; false when no alternative takes it
+  // (*this is then unspecified). Reuses this matcher's memory.
+  bool assign_advanced(const JsonMatcher& from, uint8_t byte);
+
+  // The text so far is a whole value: the output may end here.
+  bool can_end() const;
+  // A whole value that no byte may extend: the output must end here.
+  bool done() const;
+  // Every alternative is inside a string with no length bound, between two
+  // characters: any token of plain string bytes (no '"', no '\\', no control
+  // byte, whole UTF-8 characters) may come next, and changes nothing that
+  // matters for the next token's choice but the bytes themselves.
+  bool in_plain_string() const;
+
+  enum class FrameKind : uint8_t { kValue, kObject, kKey, kArray, kString, kNumber, kLiterals };
+  struct Frame {
+    FrameKind kind = FrameKind::kValue;
+    uint8_t state = 0;
+    uint8_t whitespace = 0;  // bytes of the current whitespace run
+    uint8_t pending = 0;     // string: UTF-8 continuation bytes or \u hex digits still due
+    uint8_t low = 0, high = 0;  // string: the next continuation byte's range; see kChars, kHex
+    int32_t node = 0;
+    // object: the next property; array: items; string: code points; number:
+    // digits; key, literals: bytes matched.
+    int32_t a = 0;
+    // object: the current key's value node; number: 1 for an integer;
+    // string: the value of a \u escape being read.
+    int32_t b = 0;
+    uint64_t alive = 0;      // key, literals: the alternatives still matching
+    bool operator==(const Frame&) const = default;
+  };
+
+ private:
+  using Stack = std::vector<Frame>;
+  // Feeds `byte` to `stack` (consumed), appending every stack that results.
+  // `option_depth`: anyOf frames opened for this byte so far (a cycle of
+  // $refs stops there).
+  void feed(Stack& stack, uint8_t byte, std::vector<Frame>& frames, std::vector<uint32_t>& ends,
+            int option_depth) const;
+  void add_stack(const Stack& stack, std::vector<Frame>& frames, std::vector<uint32_t>& ends) const;
+  // A property window of object frame `f`: bits of the properties that may come next.
+  uint64_t key_window(const Frame& f) const;
+  bool may_close_object(const Frame& f) const;
+  // Pops frames that a value can end in without another byte (a number, a
+  // literal that is complete); true when that empties the stack.
+  bool ends_complete(std::vector<Frame>::const_iterator begin, std::vector<Frame>::const_iterator end) const;
+
+  const JsonGrammar* grammar_;
+  std::vector<Frame> frames_;  // the alternatives' frames, one stack after another
+  std::vector<uint32_t> ends_;  // [alternatives] where each stack ends in frames_
+  Stack work_;                  // scratch
+};
+
+}  // namespace tessera::text

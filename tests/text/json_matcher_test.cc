@@ -1,0 +1,188 @@
+// JsonMatcher and the schema compiler against Python's json and jsonschema:
+// tests/fixtures/json_grammar_cases.json (tools/make_json_grammar_cases.py)
+// holds, for each schema, documents written as structured output writes them
+// and byte-level mutations of them, each with the reference's verdict. The
+// matcher must take every canonical document (all its bytes, then can_end)
+// and no document the reference calls invalid.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../test_paths.h"
+#include "core/error.h"
+#include "text/json_grammar.h"
+#include "text/json_matcher.h"
+
+namespace tessera::text {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string from_hex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+// Every byte taken and the value whole.
+bool takes(const JsonGrammar& grammar, const std::string& text) {
+  JsonMatcher matcher(grammar);
+  for (char c : text) {
+    if (!matcher.advance(static_cast<uint8_t>(c))) return false;
+  }
+  return matcher.can_end();
+}
+
+JsonGrammar grammar_of(const Json& schema) {
+  return schema.is_null() ? any_json_object() : compile_json_schema(schema);
+}
+
+Json read_cases() {
+  std::ifstream in(testing::fixtures_dir() / "json_grammar_cases.json");
+  EXPECT_TRUE(in.good()) << "run tools/make_json_grammar_cases.py";
+  return Json::parse(in);
+}
+
+TEST(JsonMatcher, AgreesWithPythonsJsonAndJsonschema) {
+  const Json cases = read_cases();
+  ASSERT_GE(cases["cases"].size(), 10u);
+  int canonical = 0, invalid = 0;
+  for (const Json& c : cases["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const JsonGrammar grammar = grammar_of(c["schema"]);
+    for (const Json& d : c["documents"]) {
+      const std::string text = from_hex(d["hex"].get<std::string>());
+      const bool taken = takes(grammar, text);
+      if (d["canonical"].get<bool>()) {
+        ++canonical;
+        EXPECT_TRUE(taken) << "a valid document refused: " << text;
+      }
+      if (!d["valid"].get<bool>()) {
+        ++invalid;
+        EXPECT_FALSE(taken) << "an invalid document taken: " << text;
+      }
+    }
+  }
+  EXPECT_GT(canonical, 200);
+  EXPECT_GT(invalid, 500);
+}
+
+TEST(JsonMatcher, EndsAsTheValueDoes) {
+  const JsonGrammar number = compile_json_schema(Json::parse(R"({"type": "number"})"));
+  JsonMatcher m(number);
+  EXPECT_FALSE(m.can_end());
+  ASSERT_TRUE(m.advance(std::string_view("-12")));
+  EXPECT_TRUE(m.can_end());   // a number may end anywhere after a digit
+  EXPECT_FALSE(m.done());     // or go on
+  EXPECT_FALSE(m.advance(' '));  // nothing after a whole value, whitespace neither
+  ASSERT_TRUE(m.advance('.'));
+  EXPECT_FALSE(m.can_end());
+
+  const JsonGrammar object = any_json_object();
+  JsonMatcher o(object);
+  EXPECT_FALSE(o.advance('['));  // json_object: an object at the top
+  ASSERT_TRUE(o.advance(std::string_view(R"({"a": [1, {"b": null}]})")));
+  EXPECT_TRUE(o.done());
+  EXPECT_FALSE(o.advance('}'));
+
+  const JsonGrammar enumeration = compile_json_schema(Json::parse(R"({"enum": [1, 10, true]})"));
+  JsonMatcher e(enumeration);
+  ASSERT_TRUE(e.advance('1'));
+  EXPECT_TRUE(e.can_end());
+  EXPECT_FALSE(e.done());
+  ASSERT_TRUE(e.advance('0'));
+  EXPECT_TRUE(e.done());
+  JsonMatcher t(enumeration);
+  ASSERT_TRUE(t.advance(std::string_view("true")));
+  EXPECT_TRUE(t.done());
+}
+
+TEST(JsonMatcher, CapsWhitespaceAndDigits) {
+  const JsonGrammar object = any_json_object();
+  JsonMatcher m(object);
+  ASSERT_TRUE(m.advance('{'));
+  for (int i = 0; i < JsonMatcher::kMaxWhitespace; ++i) ASSERT_TRUE(m.advance(' '));
+  EXPECT_FALSE(m.advance('\n'));
+  ASSERT_TRUE(m.advance(std::string_view(R"("n": )")));
+  for (int i = 0; i < JsonMatcher::kMaxDigits; ++i) ASSERT_TRUE(m.advance('7'));
+  EXPECT_FALSE(m.advance('7'));
+  EXPECT_TRUE(m.advance('}'));
+}
+
+TEST(JsonMatcher, WritesPropertiesInTheSchemasOrder) {
+  const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+    "required": ["b"]})"));
+  EXPECT_TRUE(takes(grammar, R"({"a":1,"b":2,"c":3})"));
+  EXPECT_TRUE(takes(grammar, R"({"b":2})"));
+  EXPECT_TRUE(takes(grammar, R"({"a":1,"b":2})"));
+  EXPECT_FALSE(takes(grammar, R"({"b":2,"a":1})"));   // out of order
+  EXPECT_FALSE(takes(grammar, R"({"a":1,"c":3})"));   // b is required
+  EXPECT_FALSE(takes(grammar, R"({"b":2,"b":2})"));   // twice
+  EXPECT_FALSE(takes(grammar, R"({"b":2,"d":4})"));   // not listed
+  EXPECT_FALSE(takes(grammar, R"({})"));
+}
+
+TEST(JsonMatcher, CountsStringLengthsInCodePoints) {
+  const JsonGrammar grammar = compile_json_schema(Json::parse(R"({"type": "string", "minLength": 2, "maxLength": 2})"));
+  EXPECT_TRUE(takes(grammar, "\"\xC3\xA9\xE4\xB8\xAD\""));         // é中
+  EXPECT_TRUE(takes(grammar, R"("\n\u0041")"));
+  EXPECT_TRUE(takes(grammar, R"("a\ud83d\ude00")"));                // a pair is one code point
+  EXPECT_FALSE(takes(grammar, R"("\ud83d\ude00")"));
+  EXPECT_FALSE(takes(grammar, "\"abc\""));
+  EXPECT_FALSE(takes(grammar, "\"\xC3\""));                          // a lead byte without its continuation
+  EXPECT_FALSE(takes(grammar, "\"\xED\xA0\x80\xC3\xA9\""));           // a surrogate in UTF-8
+  EXPECT_FALSE(takes(grammar, "\"a\tb\""));                          // a raw control byte
+}
+
+TEST(JsonMatcher, FollowsRecursiveReferences) {
+  const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
+    "type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["next"]})"));
+  EXPECT_TRUE(takes(grammar, R"({"next":{"next":{"next":null}}})"));
+  EXPECT_FALSE(takes(grammar, R"({"next":{"next":{}}})"));
+  // A reference to itself alone admits no text and must not loop.
+  const JsonGrammar cycle = compile_json_schema(Json::parse(R"({"$ref": "#"})"));
+  JsonMatcher m(cycle);
+  EXPECT_FALSE(m.advance('{'));
+}
+
+void expect_refused(const std::string& schema, const std::string& words) {
+  try {
+    compile_json_schema(Json::parse(schema));
+    ADD_FAILURE() << "compiled: " << schema;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(e.message().find(words), std::string::npos) << e.message();
+  }
+}
+
+TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
+  expect_refused(R"({"type": "string", "pattern": "^a"})", "'#': the keyword 'pattern' is not supported");
+  expect_refused(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})",
+                 "'#/properties/d': the keyword 'format'");
+  expect_refused(R"({"type": "integer", "minimum": 0})", "'minimum'");
+  expect_refused(R"({"type": "object", "additionalProperties": true})", "only additionalProperties false");
+  expect_refused(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b' is required");
+  expect_refused(R"({"$ref": "#/$defs/missing"})", "names nothing");
+  expect_refused(R"({"$ref": "https://example.com/s.json"})", "only references into the same schema");
+  expect_refused(R"({"type": "strin"})", "unknown type 'strin'");
+  expect_refused(R"({"type": "array", "items": [{}, {}]})", "tuples");
+  expect_refused(R"({"allOf": [{}, {}]})", "allOf is supported with one schema only");
+  expect_refused(R"({"type": "string", "minLength": 3, "maxLength": 2})", "maxLength is below minLength");
+  expect_refused(R"({"type": "string", "maxLength": -1})", "non-negative");
+  expect_refused(R"(false)", "admits no value");
+  expect_refused(R"(3)", "must be an object or a boolean");
+}
+
+TEST(JsonGrammar, IgnoresAnnotations) {
+  const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "T", "description": "d",
+    "type": "object", "properties": {"a": {"type": "boolean", "default": true, "examples": [false]}},
+    "required": ["a"], "additionalProperties": false})"));
+  EXPECT_TRUE(takes(grammar, R"({"a":true})"));
+}
+
+}  // namespace
+}  // namespace tessera::text

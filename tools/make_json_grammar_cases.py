@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/json_grammar_cases.json: for a set of JSON Schemas
+(and response_format json_object), documents and whether Python's json module
+and the jsonschema package take them.
+
+For each schema, documents written the way structured output writes them
+(properties in the schema's order, whitespace runs of at most 20 bytes,
+numbers of at most 24 digits, strings with escapes, surrogate pairs and raw
+UTF-8), all valid ("canonical": true), then byte-level mutations of them
+(deleted, inserted, replaced and swapped bytes, truncations) with their
+validity as the reference sees it. tests/text/json_matcher_test.cc checks that
+tessera's JsonMatcher takes every canonical document and no invalid one.
+
+    python3 tools/make_json_grammar_cases.py [OUT]
+
+Needs jsonschema (requirements-test.txt). Deterministic: the same file on
+every run.
+"""
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import jsonschema
+
+OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "json_grammar_cases.json"
+MAX_WHITESPACE = 20
+VALID_PER_SCHEMA = 20
+MUTANTS_PER_SCHEMA = 90
+
+SCHEMAS = {
+    "json_object": None,
+    "person": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer"},
+            "ok": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+        },
+        "required": ["name", "age", "ok", "tags"],
+    },
+    "optional_properties": {
+        "type": "object",
+        "properties": {
+            "a": {"type": "number"},
+            "b": {"type": "string"},
+            "c": {"type": "null"},
+            "d": {"type": ["integer", "null"]},
+        },
+        "required": ["b"],
+        "additionalProperties": False,
+    },
+    "refs_and_any_of": {
+        "$defs": {
+            "point": {
+                "type": "object",
+                "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                "required": ["x", "y"],
+            }
+        },
+        "type": "object",
+        "properties": {
+            "points": {"type": "array", "items": {"$ref": "#/$defs/point"}, "minItems": 1},
+            "label": {"anyOf": [{"type": "string", "minLength": 2, "maxLength": 5}, {"type": "null"}]},
+        },
+        "required": ["points", "label"],
+    },
+    "recursive_tree": {
+        "type": "object",
+        "properties": {
+            "value": {"type": "integer"},
+            "children": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2},
+        },
+        "required": ["value", "children"],
+    },
+    "mixed_enum": {"enum": ["red", "green", 1, 10, 1.5, True, None, {"a": [1, 2]}]},
+    "top_level_number": {"type": "number"},
+    "escaped_names": {
+        "type": "object",
+        "properties": {"k\"ey": {"const": "é\n\"x"}, "ünï": {"type": "string"}},
+        "required": ["k\"ey", "ünï"],
+    },
+    "short_string": {"type": "string", "minLength": 1, "maxLength": 3},
+    "array_of_anything": {"type": "array", "items": {}},
+    "empty_object": {"type": "object", "properties": {}, "additionalProperties": False},
+}
+
+
+def whitespace(rng):
+    if rng.random() < 0.5:
+        return ""
+    return "".join(rng.choice(" \n\t\r") for _ in range(rng.randint(1, MAX_WHITESPACE)))
+
+
+def string_piece(rng):
+    """One code point of a JSON string's text: raw, or an escape."""
+    roll = rng.random()
+    if roll < 0.55:
+        return rng.choice("abcdefghij klmnopqrstuvwxyz0123456789{}[]:,'")
+    if roll < 0.7:
+        return rng.choice(["é", "ü", "中", "€", "😀", "Ω"])
+    if roll < 0.85:
+        return rng.choice(['\\"', "\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t"])
+    if roll < 0.95:
+        return "\\u%04x" % rng.choice([0x41, 0xE9, 0x4E2D, 0x20AC, 0x0001])
+    return "\\ud83d\\ude00"  # one code point, written as a surrogate pair
+
+
+def string_text(rng, min_length=0, max_length=None):
+    upper = max_length if max_length is not None else min_length + 8
+    count = rng.randint(min_length, max(min_length, upper))
+    return '"' + "".join(string_piece(rng) for _ in range(count)) + '"'
+
+
+def number_text(rng, integer):
+    text = rng.choice(["-", ""]) + rng.choice(["0", str(rng.randint(1, 10**rng.randint(1, 12)))])
+    if not integer:
+        if rng.random() < 0.5:
+            text += "." + "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 6)))
+        if rng.random() < 0.3:
+            text += rng.choice("eE") + rng.choice(["", "+", "-"]) + str(rng.randint(0, 99))
+    return text
+
+
+def any_text(rng, depth):
+    kinds = ["string", "number", "true", "false", "null"] + (["object", "array"] if depth < 3 else [])
+    kind = rng.choice(kinds)
+    if kind == "string":
+        return string_text(rng)
+    if kind == "number":
+        return number_text(rng, False)
+    if kind in ("true", "false", "null"):
+        return kind
+    if kind == "array":
+        items = [any_text(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+        return array_text(rng, items)
+    members = [(string_text(rng), any_text(rng, depth + 1)) for _ in range(rng.randint(0, 3))]
+    return object_text(rng, members)
+
+
+def array_text(rng, items):
+    if not items:
+        return "[" + whitespace(rng) + "]"
+    return "[" + ",".join(whitespace(rng) + item + whitespace(rng) for item in items) + "]"
+
+
+def object_text(rng, members):
+    if not members:
+        return "{" + whitespace(rng) + "}"
+    parts = [whitespace(rng) + key + whitespace(rng) + ":" + whitespace(rng) + value + whitespace(rng)
+             for key, value in members]
+    return "{" + ",".join(parts) + "}"
+
+
+def resolve(root, schema):
+    while isinstance(schema, dict) and "$ref" in schema:
+        pointer = schema["$ref"]
+        schema = root
+        for token in pointer[2:].split("/") if pointer != "#" else []:
+            schema = schema[token.replace("~1", "/").replace("~0", "~")]
+    return schema
+
+
+def value_text(rng, root, schema, depth=0):
+    """A document of `schema`, written as structured output writes it."""
+    schema = resolve(root, schema)
+    if schema is None or schema == {} or schema is True:
+        return any_text(rng, depth)
+    if "const" in schema:
+        return json.dumps(schema["const"], ensure_ascii=False, separators=(",", ":"))
+    if "enum" in schema:
+        return json.dumps(rng.choice(schema["enum"]), ensure_ascii=False, separators=(",", ":"))
+    if "anyOf" in schema:
+        return value_text(rng, root, rng.choice(schema["anyOf"]), depth)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = rng.choice(kind)
+    if kind == "string":
+        return string_text(rng, schema.get("minLength", 0), schema.get("maxLength"))
+    if kind in ("number", "integer"):
+        return number_text(rng, kind == "integer")
+    if kind == "boolean":
+        return rng.choice(["true", "false"])
+    if kind == "null":
+        return "null"
+    if kind == "array":
+        low = schema.get("minItems", 0)
+        high = schema.get("maxItems", low + 3)
+        if depth > 2:
+            high = low
+        items = [value_text(rng, root, schema.get("items", {}), depth + 1) for _ in range(rng.randint(low, high))]
+        return array_text(rng, items)
+    if "properties" not in schema:
+        if schema.get("additionalProperties", True) is False:
+            return "{" + whitespace(rng) + "}"
+        members = [(string_text(rng), any_text(rng, depth + 1)) for _ in range(rng.randint(0, 3))]
+        return object_text(rng, members)
+    required = set(schema.get("required", []))
+    members = []
+    for name, sub in schema["properties"].items():
+        if name in required or rng.random() < 0.5:
+            key = json.dumps(name, ensure_ascii=False)
+            members.append((key, value_text(rng, root, sub, depth + 1)))
+    return object_text(rng, members)
+
+
+def reference_valid(data, schema):
+    """Python's json and jsonschema on raw bytes: UTF-8, JSON, then the schema."""
+    def refuse_constant(name):
+        raise ValueError(name)
+
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=refuse_constant)
+    except (UnicodeDecodeError, ValueError):
+        return False
+    if schema is None:
+        return isinstance(value, dict)
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
+ALPHABET = list(b'{}[]":,0123456789-+.eEtrufalsn \\\n\t"\'a') + [0x01, 0xC3, 0xA9, 0xFF]
+
+
+def mutate(rng, data):
+    data = bytearray(data)
+    op = rng.choice(["delete", "insert", "replace", "truncate", "swap"])
+    i = rng.randrange(len(data)) if data else 0
+    if op == "delete" and data:
+        del data[i]
+    elif op == "insert":
+        data.insert(i, rng.choice(ALPHABET))
+    elif op == "replace" and data:
+        data[i] = rng.choice(ALPHABET)
+    elif op == "truncate":
+        data = data[:i]
+    elif op == "swap" and len(data) > 1:
+        j = rng.randrange(len(data))
+        data[i], data[j] = data[j], data[i]
+    return bytes(data)
+
+
+def main():
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else OUT
+    rng = random.Random(20261207)
+    cases = []
+    for name, schema in SCHEMAS.items():
+        documents = []
+        valid = []
+        for _ in range(VALID_PER_SCHEMA):
+            written = schema if schema is not None else {"type": "object"}  # json_object
+            data = value_text(rng, written, written).encode("utf-8")
+            assert reference_valid(data, schema), (name, data)
+            valid.append(data)
+            documents.append({"hex": data.hex(), "valid": True, "canonical": True})
+        for _ in range(MUTANTS_PER_SCHEMA):
+            data = mutate(rng, rng.choice(valid))
+            documents.append({"hex": data.hex(), "valid": reference_valid(data, schema), "canonical": False})
+        cases.append({"name": name, "schema": schema, "documents": documents})
+    out.write_text(json.dumps({"generator": "tools/make_json_grammar_cases.py", "cases": cases}, ensure_ascii=False,
+                              indent=1) + "\n")
+    invalid = sum(not d["valid"] for c in cases for d in c["documents"])
+    print(f"{out}: {len(cases)} schemas, {sum(len(c['documents']) for c in cases)} documents, {invalid} invalid")
+
+
+if __name__ == "__main__":
+    main()
