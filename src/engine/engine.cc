@@ -165,6 +165,7 @@ void Engine::emit(const std::vector<SequenceUpdate>& updates) {
     event.logprob = u.sample.logprob;
     event.top_logprobs = u.sample.top_logprobs;
     event.finish = u.finish;
+    event.stop_token = u.stop_token;
     it->second->push(std::move(event));
     if (u.finish) streams_.erase(it);
   }

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/token_constraint.h"
 
 namespace tessera::engine {
 
@@ -16,7 +18,7 @@ using RequestId = uint64_t;
 using Clock = std::chrono::steady_clock;
 
 enum class FinishReason {
-  kStop,    // an eos id or one of the request's stop ids was sampled (and is the last token)
+  kStop,    // an eos id or one of the request's stop ids was sampled (and is the last token), or the constraint is done
   kLength,  // max_tokens reached, or the session length
   kAbort,   // aborted by the client, or the engine stopped
   kError,   // the step that carried it failed, or the engine became unhealthy
@@ -44,6 +46,9 @@ struct Request {
   // full blocks instead of computing them again, with prefix caching on or
   // off. An id no longer (or never) in the engine means nothing.
   RequestId shares_prompt_with = 0;
+  // Structured output: what the output may be (engine/token_constraint.h),
+  // this request's own (each of n choices has its own); null: anything.
+  std::shared_ptr<TokenConstraint> constraint;
   Clock::time_point arrival = Clock::now();
 };
 

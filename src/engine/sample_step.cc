@@ -1,10 +1,41 @@
 #include "engine/sample_step.h"
 
+#include <algorithm>
 #include <exception>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace tessera::engine {
+namespace {
+
+// The ids a constrained sequence may sample next: its constraint's, and the
+// end ids (eos and the request's stop ids) where the output may end or where
+// the constraint allows nothing (a vocabulary that cannot go on: the output
+// ends rather than take a token outside it).
+std::vector<uint64_t> allowed_ids(const Sequence& seq, const StopConfig& stop, int64_t vocab) {
+  std::vector<uint64_t> bits(static_cast<size_t>((vocab + 63) / 64), 0);
+  const TokenConstraint& constraint = *seq.request.constraint;
+  constraint.allowed(bits);
+  const bool none = std::all_of(bits.begin(), bits.end(), [](uint64_t w) { return w == 0; });
+  if (constraint.can_end() || none) {
+    const auto allow = [&](int32_t id) {
+      if (id >= 0 && id < vocab) bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+    };
+    for (int32_t id : seq.request.stop_ids) allow(id);
+    if (!seq.request.ignore_eos) {
+      for (int32_t id : stop.eos_ids) allow(id);
+    }
+  }
+  return bits;
+}
+
+bool is_end_id(const Sequence& seq, const StopConfig& stop, int32_t id) {
+  const auto has = [id](const std::vector<int32_t>& ids) { return std::find(ids.begin(), ids.end(), id) != ids.end(); };
+  return has(seq.request.stop_ids) || (!seq.request.ignore_eos && has(stop.eos_ids));
+}
+
+}  // namespace
 
 std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan, Scheduler& scheduler, int64_t vocab) {
   std::vector<Sequence*> seqs;
@@ -14,6 +45,7 @@ std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan
     Sequence* seq = scheduler.find(chunk.id);
     TESSERA_CHECK(seq != nullptr);
     if (seq->request.logprobs || seq->request.top_logprobs > 0) return std::nullopt;
+    if (seq->request.constraint) return std::nullopt;  // the mask is made on the host
     seqs.push_back(seq);
   }
   backend::SamplingBatch batch;
@@ -95,8 +127,20 @@ std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& ou
     try {
       Sequence* seq = seqs[row];
       SampleInputs inputs{seq->prompt(), seq->output(), masked[row], seq->request.logprobs, seq->request.top_logprobs};
+      std::vector<uint64_t> allowed;
+      if (seq->request.constraint) {
+        allowed = allowed_ids(*seq, scheduler.stop_config(), vocab);
+        inputs.allowed = allowed;
+      }
       results[row] =
           seq->sampler.sample({logits.data<float>() + logits_row[row] * vocab, static_cast<size_t>(vocab)}, inputs);
+      if (seq->request.constraint && !is_end_id(*seq, scheduler.stop_config(), results[row].token) &&
+          !seq->request.constraint->accept(results[row].token)) {
+        // Only when every id was masked (min_tokens holding back the end ids of a whole output).
+        log_warning("request {}: token {} is outside its structured output; the output ends here", seq->id(),
+                    results[row].token);
+        seq->constraint_broken = true;
+      }
     } catch (...) {
 #pragma omp critical(tessera_sample_step_failure)
       if (!failure) failure = std::current_exception();

@@ -234,11 +234,17 @@ void apply_penalties_and_masks(std::vector<float>& x, const SamplingParams& p, c
     v += e.bias;
     x[e.id] = e.masked != 0 ? kNegInf : v;
   }
+  if (!in.allowed.empty()) {
+    for (size_t id = 0; id < x.size(); ++id) {
+      if (id / 64 >= in.allowed.size() || (in.allowed[id / 64] >> (id % 64) & 1) == 0) x[id] = kNegInf;
+    }
+  }
 }
 
 SampleResult Sampler::sample(std::span<const float> logits, const SampleInputs& in) {
   TESSERA_CHECK(!logits.empty());
-  const bool plain_greedy = takes_plain_argmax(params_) && in.masked.empty() && !in.logprobs && in.top_logprobs == 0;
+  const bool plain_greedy = takes_plain_argmax(params_) && in.masked.empty() && in.allowed.empty() && !in.logprobs &&
+                            in.top_logprobs == 0;
   if (plain_greedy) return {argmax(logits.data(), static_cast<int64_t>(logits.size())), 0.0f, {}};  // nothing to copy
   std::vector<float> x(logits.begin(), logits.end());
   apply_penalties_and_masks(x, params_, in);

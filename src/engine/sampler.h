@@ -10,7 +10,8 @@
 //   2. presence / frequency penalties (OpenAI): over the output ids,
 //      logit -= presence * [count > 0] + frequency * count;
 //   3. logit_bias (OpenAI) is added; masked ids (eos and stop ids before
-//      min_tokens) become -inf;
+//      min_tokens, and ids a structured output's constraint does not allow)
+//      become -inf;
 //   4. temperature: greedy (argmax, lowest id on a tie) when 0, else logits / T;
 //   5. truncation: top_k, then top_p (the smallest set of likeliest tokens whose
 //      probability reaches top_p), then min_p (prob >= min_p * max prob);
@@ -68,6 +69,9 @@ struct SampleInputs {
   std::span<const int32_t> masked;   // ids that must not be sampled now
   bool logprobs = false;             // fill SampleResult::logprob
   int32_t top_logprobs = 0;          // and this many of the likeliest tokens
+  // Structured output: bit id (word id / 64) set for each id that may be
+  // sampled, every other id masked; empty: no such mask.
+  std::span<const uint64_t> allowed = {};
 };
 
 // A token of a prompt as the model scored it: its logprob under the raw

@@ -162,6 +162,7 @@ std::vector<SequenceUpdate> Scheduler::update(const StepPlan& plan, const std::v
     SequenceUpdate u{seq->id(), sampled[next++], std::nullopt};
     seq->tokens.push_back(u.sample.token);
     u.finish = check_finish(*seq, stop_);
+    u.stop_token = u.finish == FinishReason::kStop && ends_with_stop_token(*seq, stop_);
     if (u.finish) remove(seq->id());
     updates.push_back(std::move(u));
   }

@@ -45,6 +45,7 @@ struct SequenceUpdate {
   RequestId id = 0;
   SampleResult sample;
   std::optional<FinishReason> finish;
+  bool stop_token = false;  // finish kStop by the sampled token: an eos or stop id, not part of the text
 };
 
 class Scheduler {

@@ -49,6 +49,8 @@ struct Sequence {
     return request.prompt_logprobs >= 0 && prompt_logprobs_done < num_prompt_tokens;
   }
   Sampler sampler;                  // owns the request's random generator
+  // A sampled token its constraint refused (every id was masked): the output ends.
+  bool constraint_broken = false;
 };
 
 }  // namespace tessera::engine

@@ -2,7 +2,8 @@
 //
 //   kStop:   the token is one of the request's stop ids, or an eos id (unless
 //            ignore_eos). Before min_tokens these ids are masked (masked_ids),
-//            so they cannot be sampled and this cannot fire early.
+//            so they cannot be sampled and this cannot fire early. Also when
+//            the request's constraint is done (a whole structured output).
 //   kLength: max_tokens new tokens exist, or the sequence holds session_len
 //            tokens (the longest the KV plan allows).
 #pragma once
@@ -22,6 +23,10 @@ struct StopConfig {
 };
 
 std::optional<FinishReason> check_finish(const Sequence& seq, const StopConfig& config);
+
+// The last token is one of the request's stop ids or an eos id (unless
+// ignore_eos): a token that ends the output and is not part of its text.
+bool ends_with_stop_token(const Sequence& seq, const StopConfig& config);
 
 // Ids the sampler must not pick now: eos (unless ignore_eos) and stop ids while
 // fewer than min_tokens new tokens exist; empty afterwards.

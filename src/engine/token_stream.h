@@ -30,6 +30,9 @@ struct TokenEvent {
   // with no token of their own, before the first sampled token.
   std::vector<PromptTokenLogprob> prompt_logprobs;
   std::optional<FinishReason> finish;      // set on the last event only
+  // finish kStop because `token` is an eos or stop id: the token is not part
+  // of the text (a structured output that is done ends on a token of its text).
+  bool stop_token = false;
   std::optional<ErrorKind> error_kind;     // finish == kError: kDeviceFailure means the engine is down (HTTP 503)
   std::string error;                       // finish == kError: what failed
 

@@ -353,5 +353,53 @@ TEST(engineLoop, RowsSampledOnThreadsGiveTheTokensOfEachRequestAlone) {
   EXPECT_GT(distinct.size(), 32u) << "the draws hardly vary: the comparison would prove little";
 }
 
+// A structured output's constraint, scripted: even ids only; the output may
+// end after `end_after` tokens and is done after `done_after`.
+class EvenIds final : public TokenConstraint {
+ public:
+  EvenIds(int end_after, int done_after) : end_after_(end_after), done_after_(done_after) {}
+  void allowed(std::span<uint64_t> allowed) const override {
+    if (taken_ >= done_after_) return;
+    for (size_t id = 0; id < allowed.size() * 64; id += 2) allowed[id / 64] |= uint64_t{1} << (id % 64);
+    allowed[0] &= ~(uint64_t{1} << 2);  // eos is not one of its tokens
+  }
+  bool can_end() const override { return taken_ >= end_after_; }
+  bool done() const override { return taken_ >= done_after_; }
+  bool accept(int32_t id) override {
+    if (id % 2 != 0 || id == 2) return false;
+    ++taken_;
+    return true;
+  }
+
+ private:
+  int end_after_, done_after_, taken_ = 0;
+};
+
+TEST(engineLoop, AConstraintMasksTheTokensItDoesNotAllowAndEndsTheOutputWhenDone) {
+  Engine engine(small_config(), std::make_unique<FakeExecutor>());
+  // The fake's likeliest token is last + 1, its runner-up last + 2: an odd
+  // likeliest is masked and the even runner-up taken.
+  Request r = request({5}, 10);
+  r.constraint = std::make_shared<EvenIds>(3, 5);
+  Collected c = collect(*engine.submit(r));
+  EXPECT_EQ(c.tokens, (std::vector<int32_t>{6, 8, 10, 12, 14}));
+  EXPECT_EQ(c.last.finish, FinishReason::kStop);
+  EXPECT_FALSE(c.last.stop_token);  // the last token is part of the output
+
+  // Where the output may end, eos (the likeliest after 1) is allowed.
+  r = request({1}, 10);
+  r.constraint = std::make_shared<EvenIds>(0, 5);
+  c = collect(*engine.submit(r));
+  EXPECT_EQ(c.tokens, (std::vector<int32_t>{2}));
+  EXPECT_TRUE(c.last.stop_token);
+  // Where it may not, eos and the odd runner-up are masked: the lowest even
+  // id of logit 0 (0), until three are taken and eos (the runner-up after 0) may come.
+  r = request({1}, 10);
+  r.constraint = std::make_shared<EvenIds>(3, 8);
+  c = collect(*engine.submit(r));
+  EXPECT_EQ(c.tokens, (std::vector<int32_t>{0, 0, 0, 2}));
+  EXPECT_TRUE(c.last.stop_token);
+}
+
 }  // namespace
 }  // namespace tessera::engine
