@@ -31,6 +31,7 @@
 #include "server/http_types.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
+#include "server/structured_output.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "text/tool_calls.h"
@@ -75,6 +76,8 @@ struct ServingContext {
   // keep_special: its tags are special tokens, so the text keeps them.
   std::optional<text::ReasoningFormat> reasoning_format;
   bool reasoning_keeps_special = false;
+  // Structured output's index of the tokenizer, made at the first such request.
+  std::shared_ptr<GrammarVocabularyCache> grammar_vocabulary = std::make_shared<GrammarVocabularyCache>();
 };
 
 class ApiServer {

@@ -148,6 +148,8 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
   // repeats all of them). A
   // Generation owns its engine request from here: should a later submit
   // fail, the ones before are aborted as the vector unwinds.
+  std::shared_ptr<const text::GrammarVocabulary> vocabulary;
+  if (options.grammar) vocabulary = ctx.grammar_vocabulary->get(*ctx.tokenizer);
   auto notifier = std::make_shared<Notifier>();
   std::vector<std::unique_ptr<Generation>> generations;
   for (const std::vector<int32_t>& prompt : prompts) {
@@ -167,6 +169,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
       request.logprobs = options.logprobs || options.best_of > options.n;  // best_of ranks by them
       request.top_logprobs = options.top_logprobs;
       if (options.echo && options.logprobs) request.prompt_logprobs = options.top_logprobs;
+      if (options.grammar) request.constraint = make_json_constraint(options.grammar, vocabulary);
       const engine::Clock::time_point arrival = request.arrival;
       std::shared_ptr<engine::RequestStream> stream;
       try {

@@ -47,7 +47,7 @@ GenerationDelta Generation::poll() {
   GenerationDelta delta;
   if (finished()) return delta;
   for (engine::TokenEvent& event : stream_->drain()) {
-    const bool final_stop = event.finish == engine::FinishReason::kStop;
+    const bool final_stop = event.finish == engine::FinishReason::kStop && event.stop_token;
     for (const engine::PromptTokenLogprob& p : event.prompt_logprobs) {
       TokenLogprobText lp{token_text(tokenizer_, p.token), p.logprob, {}};
       for (const engine::TokenLogprob& t : p.top_logprobs) lp.top.emplace_back(token_text(tokenizer_, t.token), t.logprob);

@@ -155,6 +155,37 @@ void parse_logit_bias(const Json& bias, engine::SamplingParams& sampling) {
 
 // The fields chat and text completions share. `logprobs` differs between the
 // two APIs and is read by the callers.
+// OpenAI's response_format: {"type": "text"} (free text: null), {"type":
+// "json_object"}, or {"type": "json_schema", "json_schema": {"name", "schema",
+// "strict"}}. The schema's errors name the keyword (text/json_grammar.h).
+std::shared_ptr<const text::JsonGrammar> parse_response_format(const Json& format) {
+  if (!format.is_object()) throw Fields::wrong_type("response_format", "an object", format);
+  const std::string type = Fields(format).string("type").value_or("text");
+  if (type == "text") return nullptr;
+  if (type == "json_object") return std::make_shared<const text::JsonGrammar>(text::any_json_object());
+  if (type != "json_schema") {
+    throw bad_request(fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", "
+                                  "not \"{}\"",
+                                  type),
+                      "response_format.type", "unsupported_value");
+  }
+  const Json* spec = Fields(format).find("json_schema");
+  if (spec == nullptr || !spec->is_object()) {
+    throw bad_request("'response_format.json_schema' must be an object with the schema under \"schema\"",
+                      "response_format.json_schema", "missing_required_parameter");
+  }
+  const Json* schema = Fields(*spec).find("schema");
+  if (schema == nullptr) {
+    throw bad_request("'response_format.json_schema.schema' is required", "response_format.json_schema.schema",
+                      "missing_required_parameter");
+  }
+  try {
+    return std::make_shared<const text::JsonGrammar>(text::compile_json_schema(*schema));
+  } catch (const Error& e) {
+    throw bad_request(e.message(), "response_format.json_schema.schema", "unsupported_value");
+  }
+}
+
 GenerationOptions parse_generation_options(const Json& body, bool chat) {
   Fields f(body);
   GenerationOptions o;
@@ -212,10 +243,12 @@ GenerationOptions parse_generation_options(const Json& body, bool chat) {
   if (const Json* bias = f.find("logit_bias"); bias && !bias->is_null()) {
     parse_logit_bias(*bias, o.sampling);
   }
-  if (const Json* format = f.find("response_format")) {
-    if (!format->is_object() || Fields(*format).string("type").value_or("text") != "text") {
-      throw bad_request("only {\"type\": \"text\"} is supported for 'response_format'", "response_format",
-                        "unsupported_value");
+  if (const Json* format = f.find("response_format"); format && !format->is_null()) {
+    o.grammar = parse_response_format(*format);
+    if (o.grammar && o.ignore_eos) {
+      throw bad_request("'ignore_eos' cannot be combined with a structured 'response_format' (its output ends "
+                        "where the value does)",
+                        "ignore_eos", "invalid_value");
     }
   }
   return o;

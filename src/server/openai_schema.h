@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 
 #include "engine/sampler.h"
 #include "text/chat_template.h"
+#include "text/json_grammar.h"
 
 namespace tessera::server {
 
@@ -44,6 +46,9 @@ struct GenerationOptions {
   int32_t best_of = 1;
   int32_t candidates() const { return best_of > n ? best_of : n; }
   bool echo = false;                    // completions: the prompt leads the text (and, with logprobs, is scored)
+  // response_format json_object or json_schema: what every choice must be
+  // (server/structured_output.h); null: free text.
+  std::shared_ptr<const text::JsonGrammar> grammar;
 };
 
 // At most this many choices in one request (n times the prompts).

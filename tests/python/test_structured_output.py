@@ -1,0 +1,172 @@
+"""Structured output (response_format json_object and json_schema) end to end.
+
+The references are Python's json module and the jsonschema package: every
+output that ends with finish_reason "stop" must parse, and validate against
+its schema. The demo model's random weights write nonsense, which without the
+constraint is never JSON; a scripted model (scripted_model.py) shows a
+conforming answer passing through unchanged and a non-conforming one made to
+conform.
+"""
+
+import json
+
+import jsonschema
+import openai
+import pytest
+import requests
+
+from scripted_model import scripted_model
+from test_server_helpers import Server, make_demo_model
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 10},
+        "age": {"type": "integer"},
+        "member": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3},
+    },
+    "required": ["name", "age", "member", "tags"],
+}
+NESTED = {
+    "$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                        "required": ["x", "y"], "additionalProperties": False}},
+    "type": "object",
+    "properties": {
+        "points": {"type": "array", "items": {"$ref": "#/$defs/point"}, "minItems": 1, "maxItems": 2},
+        "label": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]},
+        "note": {"enum": ["a", "b", 1, None]},
+    },
+    "required": ["points", "note"],
+}
+
+
+def json_schema_format(schema):
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+
+
+@pytest.fixture(scope="module")
+def demo_server(tessera_bin, tmp_path_factory):
+    root = tmp_path_factory.mktemp("structured")
+    server = Server(tessera_bin, make_demo_model(tessera_bin, root / "demo"), root / "server.log", "--backend", "cpu")
+    yield server
+    assert server.stop() == 0, server.read_log()
+
+
+def demo_vocab(server):
+    return json.loads((server.model_dir / "tokenizer.json").read_text())["model"]["vocab"]
+
+
+def complete(server, **body):
+    reply = requests.post(server.url + "/v1/completions", timeout=120,
+                          json={"model": "demo", "prompt": "Once upon a time", **body})
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def keys_in_schema_order(value, schema):
+    order = list(schema["properties"])
+    positions = [order.index(k) for k in value]
+    return positions == sorted(positions)
+
+
+def test_json_object_outputs_are_json_objects(demo_server):
+    # Without the constraint the demo model's text is not JSON.
+    plain = complete(demo_server, max_tokens=40, temperature=1.0, seed=1)["choices"][0]["text"]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(plain)
+    # A nudge towards quotes and braces so that random strings end within max_tokens.
+    vocab = demo_vocab(demo_server)
+    bias = {str(vocab['"']): 6, str(vocab["}"]): 6}
+    stopped = 0
+    for seed in range(6):
+        body = complete(demo_server, max_tokens=300, temperature=1.0, seed=seed, n=2, logit_bias=bias,
+                        response_format={"type": "json_object"})
+        for choice in body["choices"]:
+            if choice["finish_reason"] == "stop":
+                stopped += 1
+                assert isinstance(json.loads(choice["text"]), dict), choice["text"]
+    assert stopped >= 8
+
+
+@pytest.mark.parametrize("schema", [PERSON, NESTED], ids=["person", "nested"])
+def test_json_schema_outputs_validate(demo_server, schema):
+    for seed in range(4):
+        body = complete(demo_server, max_tokens=400, temperature=1.0, seed=seed, n=2,
+                        response_format=json_schema_format(schema))
+        for choice in body["choices"]:
+            assert choice["finish_reason"] == "stop", choice
+            value = json.loads(choice["text"])
+            jsonschema.validate(value, schema)
+            assert keys_in_schema_order(value, schema)
+    assert "structured output: the vocabulary's 512 tokens indexed" in demo_server.read_log()
+
+
+def test_chat_and_streaming_through_the_openai_client(demo_server):
+    client = openai.OpenAI(base_url=demo_server.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+    messages = [{"role": "user", "content": "Describe a person as JSON."}]
+    answer = client.chat.completions.create(model="demo", messages=messages, temperature=0.8, seed=3, max_tokens=400,
+                                            response_format=json_schema_format(PERSON))
+    jsonschema.validate(json.loads(answer.choices[0].message.content), PERSON)
+    assert answer.choices[0].finish_reason == "stop"
+    text, finish = "", None
+    for chunk in client.chat.completions.create(model="demo", messages=messages, temperature=0.8, seed=4,
+                                                max_tokens=400, stream=True,
+                                                response_format=json_schema_format(PERSON)):
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    assert finish == "stop"
+    jsonschema.validate(json.loads(text), PERSON)
+
+
+CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer"}},
+        "required": ["city", "days"], "additionalProperties": False}
+
+
+def test_a_conforming_answer_passes_unchanged_and_another_is_made_to_conform(tessera_bin, tmp_path):
+    conforming = [('{"city": "Paris"', False), (', "days": 3}', False), ("</s>", True)]
+    model = scripted_model(tessera_bin, tmp_path / "conforming", conforming, [])
+    server = Server(tessera_bin, model, tmp_path / "conforming.log", "--backend", "cpu")
+    try:
+        body = complete(server, max_tokens=20, temperature=0, response_format=json_schema_format(CITY))
+        assert body["choices"][0]["text"] == '{"city": "Paris", "days": 3}'
+        assert body["choices"][0]["finish_reason"] == "stop"
+        assert body["usage"]["completion_tokens"] == 2  # done at the brace: no end token needed
+    finally:
+        assert server.stop() == 0
+    chatty = [("Sure! Here you go: ", False), ('{"city": "Paris", "days": 3}', False), ("</s>", True)]
+    model = scripted_model(tessera_bin, tmp_path / "chatty", chatty, [])
+    server = Server(tessera_bin, model, tmp_path / "chatty.log", "--backend", "cpu")
+    try:
+        free = complete(server, max_tokens=20, temperature=0)["choices"][0]["text"]
+        assert free == 'Sure! Here you go: {"city": "Paris", "days": 3}'
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(free)
+        # Greedy over the masked scripted logits takes the lowest id allowed: whitespace runs up to their cap.
+        body = complete(server, max_tokens=400, temperature=0, response_format=json_schema_format(CITY))
+        assert body["choices"][0]["finish_reason"] == "stop"
+        jsonschema.validate(json.loads(body["choices"][0]["text"]), CITY)
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize("response_format, extra, param, words", [
+    ({"type": "regex_schema", "regex_schema": "a+"}, {}, "response_format.type", '"json_schema", not "regex_schema"'),
+    ({"type": "json_schema"}, {}, "response_format.json_schema", "must be an object"),
+    ({"type": "json_schema", "json_schema": {"name": "x"}}, {}, "response_format.json_schema.schema", "is required"),
+    (json_schema_format({"type": "string", "pattern": "^a"}), {}, "response_format.json_schema.schema",
+     "'#': the keyword 'pattern' is not supported"),
+    (json_schema_format({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}), {},
+     "response_format.json_schema.schema", "'#/properties/d': the keyword 'format'"),
+    (json_schema_format({"$ref": "#/$defs/none"}), {}, "response_format.json_schema.schema", "names nothing"),
+    ("json", {}, "response_format", "must be an object"),
+    ({"type": "json_object"}, {"ignore_eos": True}, "ignore_eos", "cannot be combined"),
+])
+def test_bad_response_formats_get_clear_errors(demo_server, response_format, extra, param, words):
+    reply = requests.post(demo_server.url + "/v1/chat/completions", timeout=60, json={
+        "model": "demo", "messages": [{"role": "user", "content": "hi"}], "response_format": response_format, **extra})
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == param
+    assert words in error["message"], error["message"]
