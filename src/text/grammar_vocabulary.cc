@@ -129,7 +129,20 @@ void GrammarVocabulary::search(const JsonMatcher& root, const std::vector<Entry>
   }
 }
 
+void JsonTokenMatcher::allowed(std::span<uint64_t> allowed) const {
+  vocabulary_->allowed(matcher_, allowed);
+  for (const GrammarToken& token : extra_) {
+    const auto id = static_cast<size_t>(token.id);
+    if (id / 64 >= allowed.size()) continue;
+    JsonMatcher after = matcher_;
+    if (after.advance(token.bytes)) allowed[id / 64] |= uint64_t{1} << (id % 64);
+  }
+}
+
 bool JsonTokenMatcher::accept(int32_t id) {
+  for (const GrammarToken& token : extra_) {
+    if (token.id == id) return matcher_.advance(token.bytes);
+  }
   if (id < 0 || id >= vocabulary_->size()) return false;
   const std::string& bytes = vocabulary_->bytes(id);
   return !bytes.empty() && matcher_.advance(bytes);

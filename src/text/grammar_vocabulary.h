@@ -61,15 +61,25 @@ class GrammarVocabulary {
   std::vector<uint64_t> plain_;     // [ceil(size / 64)] the plain string tokens
 };
 
+// A token the vocabulary leaves out (a special token) that a grammar's
+// markup writes, with its text: <|action_start|> of a forced tool call.
+struct GrammarToken {
+  int32_t id = 0;
+  std::string bytes;
+};
+
 // One output's position in a JsonGrammar, token by token.
 class JsonTokenMatcher {
  public:
-  JsonTokenMatcher(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const GrammarVocabulary> vocabulary)
-      : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), matcher_(*grammar_) {}
+  JsonTokenMatcher(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const GrammarVocabulary> vocabulary,
+                   std::vector<GrammarToken> extra = {})
+      : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), extra_(std::move(extra)),
+        matcher_(*grammar_) {}
   JsonTokenMatcher(const JsonTokenMatcher& other)
-      : grammar_(other.grammar_), vocabulary_(other.vocabulary_), matcher_(other.matcher_) {}
+      : grammar_(other.grammar_), vocabulary_(other.vocabulary_), extra_(other.extra_), matcher_(other.matcher_) {}
 
-  void allowed(std::span<uint64_t> allowed) const { vocabulary_->allowed(matcher_, allowed); }
+  // The vocabulary's tokens and the extra ones that fit; `allowed` as in GrammarVocabulary::allowed.
+  void allowed(std::span<uint64_t> allowed) const;
   // Takes token `id`; false (nothing changes) when its bytes do not fit.
   bool accept(int32_t id);
   bool can_end() const { return matcher_.can_end(); }
@@ -78,6 +88,7 @@ class JsonTokenMatcher {
  private:
   std::shared_ptr<const JsonGrammar> grammar_;
   std::shared_ptr<const GrammarVocabulary> vocabulary_;
+  std::vector<GrammarToken> extra_;
   JsonMatcher matcher_;
 };
 

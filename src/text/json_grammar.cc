@@ -39,13 +39,42 @@ GrammarNode node_of(Kind kind) {
   return node;
 }
 
-class SchemaCompiler {
+}  // namespace
+
+class JsonGrammarBuilder::Compiler {
  public:
-  explicit SchemaCompiler(const Json& root) : root_(root) { add_fixed_nodes(); }
+  Compiler() { add_fixed_nodes(); }
 
   JsonGrammar finish(int32_t root) {
     grammar_.root = root;
     return std::move(grammar_);
+  }
+
+  // A schema document: its $refs resolve inside it.
+  int32_t document(const Json& document, const std::string& label) {
+    root_ = &document;
+    label_ = label;
+    refs_.clear();
+    return compile(document, "#");
+  }
+
+  int32_t add(GrammarNode node) {
+    grammar_.nodes.push_back(std::move(node));
+    return static_cast<int32_t>(grammar_.nodes.size() - 1);
+  }
+
+  int32_t literals(const std::vector<Json>& values, const std::string& where) {
+    if (values.size() > JsonGrammar::kMaxAlternatives) {
+      fail(where, fmt::format("at most {} values are supported", JsonGrammar::kMaxAlternatives));
+    }
+    GrammarNode node = node_of(Kind::kLiterals);
+    for (const Json& v : values) {
+      std::string text = v.dump();
+      if (std::find(node.literals.begin(), node.literals.end(), text) == node.literals.end()) {
+        node.literals.push_back(std::move(text));
+      }
+    }
+    return add(std::move(node));
   }
 
   // The node of `schema`, found at `where` (a JSON pointer, for errors).
@@ -112,14 +141,8 @@ class SchemaCompiler {
   }
 
  private:
-  [[noreturn]] static void fail(const std::string& where, const std::string& what) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("response_format's schema at '{}': {}", where, what));
-  }
-
-  int32_t add(GrammarNode node) {
-    grammar_.nodes.push_back(std::move(node));
-    return static_cast<int32_t>(grammar_.nodes.size() - 1);
+  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} at '{}': {}", label_, where, what));
   }
 
   void add_fixed_nodes() {
@@ -147,7 +170,7 @@ class SchemaCompiler {
     if (const auto known = refs_.find(pointer); known != refs_.end()) return known->second;
     const Json* target = nullptr;
     try {
-      target = &root_.at(Json::json_pointer(pointer.substr(1)));
+      target = &root_->at(Json::json_pointer(pointer.substr(1)));
     } catch (const std::exception&) {
       fail(where + "/$ref", fmt::format("'{}' names nothing in the schema", pointer));
     }
@@ -160,21 +183,7 @@ class SchemaCompiler {
     return node;
   }
 
-  int32_t literals(const std::vector<Json>& values, const std::string& where) {
-    if (values.size() > JsonGrammar::kMaxAlternatives) {
-      fail(where, fmt::format("at most {} values are supported", JsonGrammar::kMaxAlternatives));
-    }
-    GrammarNode node = node_of(Kind::kLiterals);
-    for (const Json& v : values) {
-      std::string text = v.dump();
-      if (std::find(node.literals.begin(), node.literals.end(), text) == node.literals.end()) {
-        node.literals.push_back(std::move(text));
-      }
-    }
-    return add(std::move(node));
-  }
-
-  static int64_t count(const Json& schema, const char* key, const std::string& where) {
+  int64_t count(const Json& schema, const char* key, const std::string& where) {
     const auto it = schema.find(key);
     if (it == schema.end()) return -1;
     if (!it->is_number_integer() || it->get<int64_t>() < 0) {
@@ -260,22 +269,61 @@ class SchemaCompiler {
     return node;
   }
 
-  const Json& root_;
+  const Json* root_ = nullptr;
+  std::string label_;
   JsonGrammar grammar_;
   std::map<std::string, int32_t> refs_;
 };
 
-}  // namespace
+JsonGrammarBuilder::JsonGrammarBuilder() : compiler_(std::make_unique<Compiler>()) {}
+JsonGrammarBuilder::~JsonGrammarBuilder() = default;
+
+int32_t JsonGrammarBuilder::schema(const nlohmann::ordered_json& document, const std::string& label) {
+  return compiler_->document(document, label);
+}
+
+int32_t JsonGrammarBuilder::raw(std::string text) {
+  TESSERA_CHECK(!text.empty());
+  GrammarNode node = node_of(Kind::kLiterals);
+  node.literals = {std::move(text)};
+  node.raw = true;
+  return compiler_->add(std::move(node));
+}
+
+int32_t JsonGrammarBuilder::sequence(std::vector<int32_t> parts) {
+  TESSERA_CHECK(!parts.empty());
+  GrammarNode node = node_of(Kind::kSequence);
+  node.options = std::move(parts);
+  return compiler_->add(std::move(node));
+}
+
+int32_t JsonGrammarBuilder::any_of(std::vector<int32_t> options) {
+  TESSERA_CHECK(!options.empty());
+  GrammarNode node = node_of(Kind::kAnyOf);
+  node.options = std::move(options);
+  return compiler_->add(std::move(node));
+}
+
+int32_t JsonGrammarBuilder::object(const std::vector<std::pair<std::string, int32_t>>& properties) {
+  TESSERA_CHECK(properties.size() <= JsonGrammar::kMaxAlternatives);
+  GrammarNode node = node_of(Kind::kObject);
+  for (const auto& [name, value] : properties) node.properties.push_back({Json(name).dump().substr(1), value, true});
+  return compiler_->add(std::move(node));
+}
+
+int32_t JsonGrammarBuilder::constant(const nlohmann::ordered_json& value) { return compiler_->literals({value}, "#"); }
+
+JsonGrammar JsonGrammarBuilder::finish(int32_t root) { return compiler_->finish(root); }
 
 JsonGrammar any_json_object() {
-  SchemaCompiler compiler(Json::object());
-  return compiler.finish(JsonGrammar::kAnyObject);
+  JsonGrammarBuilder builder;
+  return builder.finish(JsonGrammar::kAnyObject);
 }
 
 JsonGrammar compile_json_schema(const nlohmann::ordered_json& schema) {
-  SchemaCompiler compiler(schema);
-  const int32_t root = compiler.compile(schema, "#");
-  return compiler.finish(root);
+  JsonGrammarBuilder builder;
+  const int32_t root = builder.schema(schema, "response_format's schema");
+  return builder.finish(root);
 }
 
 }  // namespace tessera::text

@@ -23,7 +23,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,8 +40,9 @@ struct GrammarNode {
     kString,    // lengths
     kNumber,    // any JSON number
     kInteger,   // a number without fraction or exponent
-    kLiterals,  // one of `literals` (JSON texts): enum, const, true/false, null
+    kLiterals,  // one of `literals` (JSON texts): enum, const, true/false, null; or raw text
     kAnyOf,     // a value of one of `options`
+    kSequence,  // the values of `options`, one after another (markup around a JSON value)
   };
   struct Property {
     std::string key;  // the name as JSON text after its opening quote, closing quote included
@@ -53,7 +56,8 @@ struct GrammarNode {
   int64_t min_items = 0, max_items = -1;    // kArray; -1: no bound
   int64_t min_length = 0, max_length = -1;  // kString; -1: no bound
   std::vector<std::string> literals;        // kLiterals, at most kMaxAlternatives
-  std::vector<int32_t> options;             // kAnyOf
+  bool raw = false;                         // kLiterals: text with no whitespace before it
+  std::vector<int32_t> options;             // kAnyOf; kSequence: the parts, at least one
 };
 
 struct JsonGrammar {
@@ -74,5 +78,29 @@ JsonGrammar any_json_object();
 // Error(kInvalidArgument) naming the keyword and its JSON pointer for what
 // the subset above does not cover or a malformed value.
 JsonGrammar compile_json_schema(const nlohmann::ordered_json& schema);
+
+// A grammar made of parts: schema documents (each with its own $refs), raw
+// text, sequences and alternatives, e.g. a tool call's markup around the
+// JSON of one of several functions.
+class JsonGrammarBuilder {
+ public:
+  JsonGrammarBuilder();
+  ~JsonGrammarBuilder();
+
+  // The node of a JSON Schema document; errors name it as `label`
+  // ("response_format's schema at '#/...': ...").
+  int32_t schema(const nlohmann::ordered_json& document, const std::string& label);
+  int32_t raw(std::string text);                   // exactly these bytes
+  int32_t sequence(std::vector<int32_t> parts);    // one after another
+  int32_t any_of(std::vector<int32_t> options);
+  // An object of exactly these properties, in this order, all required.
+  int32_t object(const std::vector<std::pair<std::string, int32_t>>& properties);
+  int32_t constant(const nlohmann::ordered_json& value);  // this JSON value, compactly written
+  JsonGrammar finish(int32_t root);
+
+ private:
+  class Compiler;
+  std::unique_ptr<Compiler> compiler_;
+};
 
 }  // namespace tessera::text

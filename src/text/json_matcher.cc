@@ -157,8 +157,9 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
     Frame& f = s.back();
     switch (f.kind) {
       case FrameKind::kValue: {
-        if (ws) return take_whitespace(f);
         const GrammarNode& n = nodes[f.node];
+        // Whitespace before a JSON value; raw text and a sequence's parts say their own.
+        if (ws && !n.raw && n.kind != Kind::kSequence) return take_whitespace(f);
         switch (n.kind) {
           case Kind::kAnyOf:
             if (option_depth >= kMaxOptionDepth) return;
@@ -198,8 +199,24 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
             f = frame(FrameKind::kLiterals, f.node);
             f.alive = first_bits(n.literals.size());
             continue;
+          case Kind::kSequence:
+            f = frame(FrameKind::kSequence, f.node);
+            continue;
         }
         return;
+      }
+      case FrameKind::kSequence: {
+        // The next part takes the byte; the last part replaces the sequence,
+        // so that the stack empties with it.
+        const std::vector<int32_t>& parts = nodes[f.node].options;
+        const int32_t part = parts[static_cast<size_t>(f.a)];
+        if (static_cast<size_t>(f.a) + 1 == parts.size()) {
+          f = frame(FrameKind::kValue, part);
+        } else {
+          ++f.a;
+          s.push_back(frame(FrameKind::kValue, part));
+        }
+        continue;
       }
       case FrameKind::kObject: {
         if (ws) return take_whitespace(f);

@@ -50,7 +50,7 @@ class JsonMatcher {
   // matters for the next token's choice but the bytes themselves.
   bool in_plain_string() const;
 
-  enum class FrameKind : uint8_t { kValue, kObject, kKey, kArray, kString, kNumber, kLiterals };
+  enum class FrameKind : uint8_t { kValue, kObject, kKey, kArray, kString, kNumber, kLiterals, kSequence };
   struct Frame {
     FrameKind kind = FrameKind::kValue;
     uint8_t state = 0;
@@ -59,7 +59,7 @@ class JsonMatcher {
     uint8_t low = 0, high = 0;  // string: the next continuation byte's range; see kChars, kHex
     int32_t node = 0;
     // object: the next property; array: items; string: code points; number:
-    // digits; key, literals: bytes matched.
+    // digits; key, literals: bytes matched; sequence: the next part.
     int32_t a = 0;
     // object: the current key's value node; number: 1 for an integer;
     // string: the value of a \u escape being read.

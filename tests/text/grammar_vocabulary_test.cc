@@ -146,5 +146,22 @@ TEST(JsonTokenMatcher, TakesOnlyTokensThatFit) {
   EXPECT_TRUE(m.done());
 }
 
+TEST(JsonTokenMatcher, OffersAndTakesTheSpecialTokensAGrammarWrites) {
+  const Case& demo = cases().front();
+  JsonGrammarBuilder builder;
+  const int32_t root = builder.sequence({builder.raw("<|call|>"), JsonGrammar::kAnyObject});
+  auto grammar = std::make_shared<const JsonGrammar>(builder.finish(root));
+  const int32_t marker = demo.vocabulary->size();  // an id past the vocabulary's, as a special token's may be
+  JsonTokenMatcher m(grammar, demo.vocabulary, {{marker, "<|call|>"}});
+  std::vector<uint64_t> bits((static_cast<size_t>(marker) + 64) / 64, 0);
+  m.allowed(bits);
+  EXPECT_TRUE(bits[marker / 64] >> (marker % 64) & 1);
+  ASSERT_TRUE(m.accept(marker));
+  std::fill(bits.begin(), bits.end(), 0);
+  m.allowed(bits);
+  EXPECT_FALSE(bits[marker / 64] >> (marker % 64) & 1);  // once is all the grammar writes it
+  EXPECT_FALSE(m.accept(marker));
+}
+
 }  // namespace
 }  // namespace tessera::text
