@@ -77,6 +77,14 @@ HttpResponse ApiServer::chat_completions(const HttpRequest& request, const Servi
                       "tools", "unsupported_value");
   }
   const text::ChatTemplate& chat_template = with_tools ? *ctx.tools_template : *ctx.chat_template;
+  if (r.force_tool_call) {
+    if (!ctx.tool_call_format) {
+      throw bad_request("'tool_choice' asks for a call, but this server reads no tool-call markup for the model; "
+                        "start it with --tool-call-parser",
+                        "tool_choice", "unsupported_value");
+    }
+    force_tool_call(*ctx.tool_call_format, *r.tools, *ctx.tokenizer, r.options);
+  }
   const std::string prompt =
       render_chat(ctx, chat_template, std::move(r.messages), r.add_generation_prompt, std::move(r.tools));
   log_debug("chat prompt: {}", clip(prompt, options_.max_log_len));
@@ -169,7 +177,9 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
       request.logprobs = options.logprobs || options.best_of > options.n;  // best_of ranks by them
       request.top_logprobs = options.top_logprobs;
       if (options.echo && options.logprobs) request.prompt_logprobs = options.top_logprobs;
-      if (options.grammar) request.constraint = make_json_constraint(options.grammar, vocabulary);
+      if (options.grammar) {
+        request.constraint = make_json_constraint(options.grammar, vocabulary, options.grammar_tokens);
+      }
       const engine::Clock::time_point arrival = request.arrival;
       std::shared_ptr<engine::RequestStream> stream;
       try {

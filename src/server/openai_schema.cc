@@ -274,26 +274,27 @@ void check_tools(const Json& tools) {
   }
 }
 
-// OpenAI's tool_choice, as LMDeploy applies it: "none" leaves the tools out
-// of the prompt (and the answer is text), "auto" keeps them, a named function
-// keeps only that one. "required" would need the sampler to force a call,
-// which tessera does not do: refused rather than quietly treated as "auto".
-void apply_tool_choice(const Json* choice, std::optional<Json>& tools) {
-  if (!choice || choice->is_null()) return;
+// OpenAI's tool_choice: "none" leaves the tools out of the prompt (and the
+// answer is text), "auto" keeps them, "required" keeps them and makes the
+// answer a call of one of them, a named function keeps only that one and
+// makes the answer its call. Returns whether a call is forced (the server
+// constrains the answer to the call's markup: text/tool_call_grammar.h).
+bool apply_tool_choice(const Json* choice, std::optional<Json>& tools) {
+  if (!choice || choice->is_null()) return false;
   if (choice->is_string()) {
     const std::string value = choice->get<std::string>();
     if (value == "none") {
       tools.reset();
     } else if (value == "required") {
-      throw bad_request("'tool_choice': \"required\" is not supported (tessera cannot force a tool call); "
-                        "use \"auto\" or name the function",
-                        "tool_choice", "unsupported_value");
+      if (!tools) throw bad_request("'tool_choice': \"required\" needs 'tools'", "tool_choice", "invalid_value");
+      return true;
     } else if (value != "auto") {
-      throw bad_request(fmt::format("'tool_choice' must be \"none\", \"auto\" or {{\"type\": \"function\", "
-                                    "\"function\": {{\"name\": ...}}}}, not \"{}\"", value),
+      throw bad_request(fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or {{\"type\": "
+                                    "\"function\", \"function\": {{\"name\": ...}}}}, not \"{}\"",
+                                    value),
                         "tool_choice", "invalid_value");
     }
-    return;
+    return false;
   }
   if (!choice->is_object()) throw Fields::wrong_type("tool_choice", "a string or an object", *choice);
   const Json* function = Fields(*choice).find("function");
@@ -314,6 +315,7 @@ void apply_tool_choice(const Json* choice, std::optional<Json>& tools) {
                       "tool_choice", "invalid_value");
   }
   tools = std::move(kept);
+  return true;
 }
 
 }  // namespace
@@ -360,9 +362,13 @@ ChatCompletionRequest parse_chat_completion_request(std::string_view body_text) 
     check_tools(*tools);
     if (!tools->empty()) r.tools = *tools;
   }
-  apply_tool_choice(f.find("tool_choice"), r.tools);
+  r.force_tool_call = apply_tool_choice(f.find("tool_choice"), r.tools);
   r.add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
   r.options = parse_generation_options(body, /*chat=*/true);
+  if (r.force_tool_call && r.options.grammar) {
+    throw bad_request("a structured 'response_format' cannot be combined with a 'tool_choice' that forces a call",
+                      "response_format", "invalid_value");
+  }
   r.options.logprobs = f.boolean("logprobs").value_or(false);
   if (std::optional<int64_t> top = f.integer("top_logprobs", 0, 20)) {
     if (!r.options.logprobs && *top > 0) {

@@ -3,8 +3,9 @@
 // Parsing validates types and ranges and throws ApiError(400) naming the
 // field ("param") for anything wrong, so handlers only see valid values.
 // Unknown fields are ignored, as LMDeploy and vLLM do; fields whose meaning
-// tessera cannot honour yet (best_of > 1, suffix, tool_choice "required")
-// are refused with a message rather than silently ignored.
+// tessera cannot honour yet (suffix, response_format's regex_schema, schema
+// keywords it cannot enforce) are refused with a message rather than
+// silently ignored.
 //
 // Defaults follow LMDeploy's api_server (temperature 0.7, top_p 1.0, top_k 40;
 // max_tokens 16 for /v1/completions as OpenAI has it, none for chat), so a
@@ -22,6 +23,7 @@
 
 #include "engine/sampler.h"
 #include "text/chat_template.h"
+#include "text/grammar_vocabulary.h"
 #include "text/json_grammar.h"
 
 namespace tessera::server {
@@ -49,6 +51,8 @@ struct GenerationOptions {
   // response_format json_object or json_schema: what every choice must be
   // (server/structured_output.h); null: free text.
   std::shared_ptr<const text::JsonGrammar> grammar;
+  // Special tokens the grammar's markup writes (a forced tool call's markers), with their text.
+  std::vector<text::GrammarToken> grammar_tokens;
 };
 
 // At most this many choices in one request (n times the prompts).
@@ -60,6 +64,8 @@ struct ChatCompletionRequest {
   // The tools the prompt shows (checked; narrowed by tool_choice: none for
   // "none", the one named); absent when there are none.
   std::optional<nlohmann::ordered_json> tools;
+  // tool_choice "required" or a named function: the answer must be a call.
+  bool force_tool_call = false;
   bool add_generation_prompt = true;
   GenerationOptions options;
 };

@@ -7,9 +7,11 @@
 #include <mutex>
 
 #include "engine/token_constraint.h"
+#include "server/openai_schema.h"
 #include "text/grammar_vocabulary.h"
 #include "text/json_grammar.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls.h"
 
 namespace tessera::server {
 
@@ -39,7 +41,17 @@ class JsonConstraint final : public engine::TokenConstraint {
 
 // A fresh constraint for one choice. Throws ApiError(400) when no token of
 // the vocabulary can start the output.
+// `extra`: special tokens the grammar's markup writes.
 std::shared_ptr<engine::TokenConstraint> make_json_constraint(
-    std::shared_ptr<const text::JsonGrammar> grammar, std::shared_ptr<const text::GrammarVocabulary> vocabulary);
+    std::shared_ptr<const text::JsonGrammar> grammar, std::shared_ptr<const text::GrammarVocabulary> vocabulary,
+    std::vector<text::GrammarToken> extra = {});
+
+// tool_choice "required" or a named function: sets `options`' grammar to
+// one call of one of `tools` (OpenAI's [{"type": "function", "function":
+// {"name", "parameters"}}]) in `format`'s markup, with the markers the
+// vocabulary has as special tokens. A tool whose parameters schema is outside
+// the structured output subset takes any object as arguments (logged).
+void force_tool_call(text::ToolCallFormat format, const nlohmann::ordered_json& tools,
+                     const text::Tokenizer& tokenizer, GenerationOptions& options);
 
 }  // namespace tessera::server

@@ -194,7 +194,7 @@ def test_llama3_bare_json_call_through_its_own_template(tessera_bin, testdata, t
 
 
 @pytest.mark.parametrize("body, param, words", [
-    ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice", "not supported"),
+    ({"tool_choice": "required"}, "tool_choice", "needs 'tools'"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "'nope'"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "must be"),
     ({"tools": [{"type": "function"}]}, "tools[0].function", "required"),

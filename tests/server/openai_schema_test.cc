@@ -138,7 +138,8 @@ TEST(serverSchema, OutOfRangeValuesAre400) {
                             R"("top_logprobs": 2)", R"("n": 0)", R"("n": 129)", R"("top_k": -2)",
                             R"("logit_bias": {"1": 101})", R"("logit_bias": {"1x": 5})",
                             R"("logit_bias": {"": 5})", R"("logit_bias": [1])",
-                            R"("response_format": {"type": "json_object"})"}) {
+                            R"("response_format": {"type": "json_schema"})",
+                            R"("response_format": {"type": "regex_schema", "regex_schema": "a"})"}) {
     EXPECT_EQ(refusal(chat, chat_body(extra)).first, 400u) << extra;
   }
 }
