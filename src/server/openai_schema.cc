@@ -186,6 +186,54 @@ std::shared_ptr<const text::JsonGrammar> parse_response_format(const Json& forma
   }
 }
 
+// vLLM's guided decoding fields: guided_json (a JSON Schema, or its text) and
+// guided_choice (the output is exactly one of these strings); null when
+// neither is given. guided_regex and guided_grammar are refused.
+std::shared_ptr<const text::JsonGrammar> parse_guided_decoding(const Fields& f) {
+  for (const char* field : {"guided_regex", "guided_grammar"}) {
+    if (const Json* v = f.find(field); v && !v->is_null()) {
+      throw bad_request(fmt::format("'{}' is not supported: give 'guided_json', 'guided_choice' or a "
+                                    "'response_format' with a JSON Schema",
+                                    field),
+                        field, "unsupported_value");
+    }
+  }
+  const Json* schema = f.find("guided_json");
+  const Json* choice = f.find("guided_choice");
+  if (schema && !schema->is_null() && choice && !choice->is_null()) {
+    throw bad_request("give one of 'guided_json' and 'guided_choice'", "guided_choice", "invalid_value");
+  }
+  if (schema && !schema->is_null()) {
+    Json document = *schema;
+    if (schema->is_string()) {
+      document = Json::parse(schema->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (document.is_discarded()) {
+        throw bad_request("'guided_json' as a string must hold a JSON Schema", "guided_json", "invalid_value");
+      }
+    }
+    try {
+      return std::make_shared<const text::JsonGrammar>(text::compile_json_schema(document, "guided_json"));
+    } catch (const Error& e) {
+      throw bad_request(e.message(), "guided_json", "unsupported_value");
+    }
+  }
+  if (!choice || choice->is_null()) return nullptr;
+  if (!choice->is_array() || choice->empty() || choice->size() > text::JsonGrammar::kMaxAlternatives) {
+    throw bad_request(fmt::format("'guided_choice' must be a list of 1 to {} non-empty strings",
+                                  text::JsonGrammar::kMaxAlternatives),
+                      "guided_choice", "invalid_value");
+  }
+  text::JsonGrammarBuilder builder;
+  std::vector<int32_t> options;
+  for (const Json& c : *choice) {
+    if (!c.is_string() || c.get_ref<const std::string&>().empty()) {
+      throw bad_request("'guided_choice' must be a list of non-empty strings", "guided_choice", "invalid_value");
+    }
+    options.push_back(builder.raw(c.get<std::string>()));
+  }
+  return std::make_shared<const text::JsonGrammar>(builder.finish(builder.any_of(std::move(options))));
+}
+
 GenerationOptions parse_generation_options(const Json& body, bool chat) {
   Fields f(body);
   GenerationOptions o;
@@ -245,11 +293,17 @@ GenerationOptions parse_generation_options(const Json& body, bool chat) {
   }
   if (const Json* format = f.find("response_format"); format && !format->is_null()) {
     o.grammar = parse_response_format(*format);
-    if (o.grammar && o.ignore_eos) {
-      throw bad_request("'ignore_eos' cannot be combined with a structured 'response_format' (its output ends "
-                        "where the value does)",
-                        "ignore_eos", "invalid_value");
+  }
+  if (std::shared_ptr<const text::JsonGrammar> guided = parse_guided_decoding(f)) {
+    if (o.grammar) {
+      throw bad_request("give one of a structured 'response_format', 'guided_json' and 'guided_choice'",
+                        "response_format", "invalid_value");
     }
+    o.grammar = std::move(guided);
+  }
+  if (o.grammar && o.ignore_eos) {
+    throw bad_request("'ignore_eos' cannot be combined with a structured output (it ends where the value does)",
+                      "ignore_eos", "invalid_value");
   }
   return o;
 }

@@ -320,9 +320,9 @@ JsonGrammar any_json_object() {
   return builder.finish(JsonGrammar::kAnyObject);
 }
 
-JsonGrammar compile_json_schema(const nlohmann::ordered_json& schema) {
+JsonGrammar compile_json_schema(const nlohmann::ordered_json& schema, const std::string& label) {
   JsonGrammarBuilder builder;
-  const int32_t root = builder.schema(schema, "response_format's schema");
+  const int32_t root = builder.schema(schema, label);
   return builder.finish(root);
 }
 

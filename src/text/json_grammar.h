@@ -77,7 +77,9 @@ JsonGrammar any_json_object();
 // response_format {"type": "json_schema"}: `schema` compiled. Throws
 // Error(kInvalidArgument) naming the keyword and its JSON pointer for what
 // the subset above does not cover or a malformed value.
-JsonGrammar compile_json_schema(const nlohmann::ordered_json& schema);
+// `label` names the schema in errors.
+JsonGrammar compile_json_schema(const nlohmann::ordered_json& schema,
+                                const std::string& label = "response_format's schema");
 
 // A grammar made of parts: schema documents (each with its own $refs), raw
 // text, sequences and alternatives, e.g. a tool call's markup around the

@@ -158,8 +158,9 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
     switch (f.kind) {
       case FrameKind::kValue: {
         const GrammarNode& n = nodes[f.node];
-        // Whitespace before a JSON value; raw text and a sequence's parts say their own.
-        if (ws && !n.raw && n.kind != Kind::kSequence) return take_whitespace(f);
+        // Whitespace before a JSON value; raw text, a sequence's parts and
+        // an anyOf's options say their own.
+        if (ws && !n.raw && n.kind != Kind::kSequence && n.kind != Kind::kAnyOf) return take_whitespace(f);
         switch (n.kind) {
           case Kind::kAnyOf:
             if (option_depth >= kMaxOptionDepth) return;

@@ -120,6 +120,20 @@ def test_chat_and_streaming_through_the_openai_client(demo_server):
     jsonschema.validate(json.loads(text), PERSON)
 
 
+def test_vllms_guided_choice_and_guided_json(demo_server):
+    choices = ["yes", "no", "yes, and more", "maybe not"]
+    seen = set()
+    for seed in range(8):
+        body = complete(demo_server, max_tokens=20, temperature=1.0, seed=seed, guided_choice=choices)
+        text = body["choices"][0]["text"]
+        assert text in choices and body["choices"][0]["finish_reason"] == "stop", body
+        seen.add(text)
+    assert len(seen) >= 2  # sampled, not one fixed answer
+    for schema in (PERSON, json.dumps(PERSON)):  # the schema, or its text
+        body = complete(demo_server, max_tokens=400, temperature=1.0, seed=5, guided_json=schema)
+        jsonschema.validate(json.loads(body["choices"][0]["text"]), PERSON)
+
+
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer"}},
         "required": ["city", "days"], "additionalProperties": False}
 
@@ -162,10 +176,20 @@ def test_a_conforming_answer_passes_unchanged_and_another_is_made_to_conform(tes
     (json_schema_format({"$ref": "#/$defs/none"}), {}, "response_format.json_schema.schema", "names nothing"),
     ("json", {}, "response_format", "must be an object"),
     ({"type": "json_object"}, {"ignore_eos": True}, "ignore_eos", "cannot be combined"),
+    (None, {"guided_regex": "a+"}, "guided_regex", "not supported"),
+    (None, {"guided_grammar": "root ::= x"}, "guided_grammar", "not supported"),
+    (None, {"guided_choice": []}, "guided_choice", "list of 1 to 64"),
+    (None, {"guided_choice": ["a", ""]}, "guided_choice", "non-empty strings"),
+    (None, {"guided_choice": ["a"], "guided_json": {}}, "guided_choice", "one of"),
+    (None, {"guided_json": "{not json"}, "guided_json", "must hold a JSON Schema"),
+    (None, {"guided_json": {"type": "string", "pattern": "a"}}, "guided_json", "guided_json at '#'"),
+    ({"type": "json_object"}, {"guided_choice": ["a"]}, "response_format", "give one of"),
 ])
 def test_bad_response_formats_get_clear_errors(demo_server, response_format, extra, param, words):
-    reply = requests.post(demo_server.url + "/v1/chat/completions", timeout=60, json={
-        "model": "demo", "messages": [{"role": "user", "content": "hi"}], "response_format": response_format, **extra})
+    body = {"model": "demo", "messages": [{"role": "user", "content": "hi"}], **extra}
+    if response_format is not None:
+        body["response_format"] = response_format
+    reply = requests.post(demo_server.url + "/v1/chat/completions", timeout=60, json=body)
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
     assert error["param"] == param

@@ -148,6 +148,19 @@ TEST(JsonMatcher, FollowsRecursiveReferences) {
   EXPECT_FALSE(m.advance('{'));
 }
 
+TEST(JsonMatcher, RawTextTakesNoWhitespaceBeforeItEvenAmongJsonOptions) {
+  JsonGrammarBuilder builder;
+  const int32_t text = builder.raw("yes");
+  const int32_t json = builder.schema(Json::parse(R"({"type": "string"})"), "test");
+  const JsonGrammar grammar = builder.finish(builder.any_of({text, json}));
+  EXPECT_TRUE(takes(grammar, "yes"));
+  EXPECT_FALSE(takes(grammar, " yes"));
+  EXPECT_TRUE(takes(grammar, R"( "yes")"));  // a JSON string may have whitespace before it
+  JsonMatcher m(grammar);
+  ASSERT_TRUE(m.advance(std::string_view("yes")));
+  EXPECT_TRUE(m.done());
+}
+
 void expect_refused(const std::string& schema, const std::string& words) {
   try {
     compile_json_schema(Json::parse(schema));
