@@ -55,7 +55,13 @@ class JsonGrammarBuilder::Compiler {
     root_ = &document;
     label_ = label;
     refs_.clear();
-    return compile(document, "#");
+    const auto first = static_cast<int32_t>(grammar_.nodes.size());
+    const int32_t root = compile(document, "#");
+    std::vector<int64_t> leaves(grammar_.nodes.size(), -1);
+    for (auto node = first; node < static_cast<int32_t>(grammar_.nodes.size()); ++node) {
+      if (grammar_.nodes[node].kind == Kind::kAnyOf) count_leaves(node, leaves);
+    }
+    return root;
   }
 
   int32_t add(GrammarNode node) {
@@ -141,6 +147,27 @@ class JsonGrammarBuilder::Compiler {
   }
 
  private:
+  // The values an anyOf stands for through the anyOfs inside it (a $ref is
+  // one): the matcher opens that many alternatives at once, so more than
+  // JsonGrammar::kMaxAlternatives is refused, and so is a cycle of anyOfs
+  // (a $ref that reaches itself before any byte), which admits no text.
+  // leaves[n]: -1 not counted yet, -2 being counted.
+  int64_t count_leaves(int32_t node, std::vector<int64_t>& leaves) {
+    const GrammarNode& n = grammar_.nodes[node];
+    if (n.kind != Kind::kAnyOf) return 1;
+    if (leaves[node] == -2) fail("#", "a $ref reaches itself before any value is written: it admits no text");
+    if (leaves[node] >= 0) return leaves[node];
+    leaves[node] = -2;
+    int64_t total = 0;
+    for (int32_t option : n.options) total += count_leaves(option, leaves);
+    if (total > static_cast<int64_t>(JsonGrammar::kMaxAlternatives)) {
+      fail("#", fmt::format("its anyOf / oneOf / type lists open {} alternatives at once; at most {} are supported",
+                            total, JsonGrammar::kMaxAlternatives));
+    }
+    leaves[node] = total;
+    return total;
+  }
+
   [[noreturn]] void fail(const std::string& where, const std::string& what) const {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("{} at '{}': {}", label_, where, what));
   }
