@@ -130,7 +130,9 @@ class JsonGrammarBuilder::Compiler {
     const auto type = schema.find("type");
     if (type == schema.end()) {
       if (schema.contains("properties") || schema.contains("required")) return typed(schema, "object", where);
-      if (schema.contains("items")) return typed(schema, "array", where);
+      if (schema.contains("items") || schema.contains("minItems") || schema.contains("maxItems")) {
+        return typed(schema, "array", where);
+      }
       if (schema.contains("minLength") || schema.contains("maxLength")) return typed(schema, "string", where);
       return JsonGrammar::kAnyValue;
     }

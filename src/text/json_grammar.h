@@ -14,7 +14,8 @@
 //   properties are written); an object with no properties and no
 //   additionalProperties false takes any keys and values;
 //   arrays: items, minItems, maxItems; strings: minLength, maxLength (code
-//   points; an escape counts as one).
+//   points; an escape counts as one). A schema without type takes it from
+//   these keywords (an object's, an array's or a string's), else any value.
 //   Annotations (title, description, default, examples, $schema, $id,
 //   $comment, deprecated, readOnly, writeOnly, strict) are ignored.
 // Anything else (pattern, format, minimum, ...) is refused with

@@ -182,6 +182,24 @@ def body_cases():
                       json.dumps(CHAT)[:-1].encode() + b', "stop": ' + b"[" * depth + b"]" * depth + b"}"))
         cases.append((f"nested content {depth}", "/v1/chat/completions",
                       b'{"model": "demo", "messages": [{"role": "user", "content": ' + b"[" * depth + b"]" * depth + b"}]}"))
+    # Structured output: schemas that are malformed, cyclic, too wide or use
+    # keywords that cannot be enforced, and bad guided_* fields.
+    schemas = [5, "s", [], {"type": 5}, {"type": []}, {"type": "strin"}, {"minLength": "x"}, {"maxItems": -1},
+               {"type": "object", "properties": []}, {"type": "object", "required": "a"}, {"enum": 5}, {"enum": []},
+               {"anyOf": {}}, {"anyOf": []}, {"allOf": [{}, {}]}, {"items": 5}, {"$ref": 5}, {"$ref": "#/nowhere"},
+               {"$ref": "http://x/y"}, {"$ref": "#/a~2"},
+               {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+               {"enum": list(range(100))}, {"properties": {str(i): {} for i in range(100)}},
+               {"anyOf": [{"anyOf": [{"type": ["string", "null", "integer"]}] * 30}] * 30},
+               {"type": "string", "pattern": "^a$"}, {"type": "object", "additionalProperties": {"type": "string"}},
+               {"type": "string", "minLength": 5, "maxLength": 2}, False]
+    for i, schema in enumerate(schemas):
+        fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+        cases.append((f"response_format schema {i}", "/v1/chat/completions", dict(CHAT, response_format=fmt)))
+        cases.append((f"guided_json {i}", "/v1/completions", dict(COMPLETION, guided_json=schema)))
+    for value in ([], [""], [5], "yes", {"a": 1}, ["x"] * 65):
+        cases.append((f"guided_choice={value}", "/v1/completions", dict(COMPLETION, guided_choice=value)))
+    cases += [("tool_choice required without tools", "/v1/chat/completions", dict(CHAT, tool_choice="required"))]
     cases += [("body null", "/v1/chat/completions", b"null"), ("body list", "/v1/completions", b"[]"),
               ("body string", "/v1/chat/completions", b'"x"'), ("body number", "/v1/completions", b"5"),
               ("two objects", "/v1/chat/completions", json.dumps(CHAT).encode() * 2),
