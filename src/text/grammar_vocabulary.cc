@@ -82,9 +82,8 @@ GrammarVocabulary::GrammarVocabulary(std::vector<std::string> token_bytes)
 }
 
 void GrammarVocabulary::allowed(const JsonMatcher& matcher, std::span<uint64_t> allowed) const {
-  TESSERA_CHECK(allowed.size() >= plain_.size());
   if (matcher.in_plain_string()) {
-    for (size_t w = 0; w < plain_.size(); ++w) allowed[w] |= plain_[w];
+    for (size_t w = 0; w < std::min(plain_.size(), allowed.size()); ++w) allowed[w] |= plain_[w];
     search(matcher, not_plain_, allowed);
   } else {
     search(matcher, all_, allowed);
@@ -117,7 +116,7 @@ void GrammarVocabulary::search(const JsonMatcher& root, const std::vector<Entry>
     valid = depth;
     if (!dead) {
       const auto id = static_cast<size_t>(sorted[i].id);
-      allowed[id / 64] |= uint64_t{1} << (id % 64);
+      if (id / 64 < allowed.size()) allowed[id / 64] |= uint64_t{1} << (id % 64);
       ++i;
       continue;
     }

@@ -43,8 +43,9 @@ class GrammarVocabulary {
   // The bytes of `id` (empty: the id is never allowed).
   const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
   // Sets bit id (word id / 64, bit id % 64) of `allowed` for every token whose
-  // bytes `matcher` takes; other bits are left as they are. `allowed` holds
-  // at least ceil(size() / 64) words. Safe from many threads at once.
+  // bytes `matcher` takes; other bits are left as they are, and ids past
+  // `allowed` (a tokenizer larger than the model's vocabulary) are left out.
+  // Safe from many threads at once.
   void allowed(const JsonMatcher& matcher, std::span<uint64_t> allowed) const;
 
  private:
