@@ -1,0 +1,97 @@
+// tessera_bench_grammar: what structured output costs a step on the host.
+//
+//   tessera_bench_grammar [--repeat N] NAME=MODEL_DIR...
+//
+// For each model directory's tokenizer: the time to index its vocabulary
+// (GrammarVocabulary, once per server), then, for response_format
+// json_object and for a small schema, the mean time of one step's token mask
+// (GrammarVocabulary::allowed) at each of a few points of a document: before
+// it, between values, inside a key, inside a string, inside a number. One
+// JSON line each: {"name", "vocab", "index_ms"} then {"name", "grammar",
+// "after", "allowed", "mask_ms"}.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "text/grammar_vocabulary.h"
+#include "text/json_grammar.h"
+#include "text/tokenizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The schema's document, and the prefixes of it a mask is timed after.
+constexpr const char* kSchema =
+    R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "age", "tags"]})";
+const std::vector<std::string> kPrefixes = {
+    "", "{", "{\"na", "{\"name\": ", "{\"name\": \"Ada Lo", "{\"name\": \"Ada\", \"age\": 3",
+    "{\"name\": \"Ada\", \"age\": 36, \"tags\": [\"x\\u00"};
+
+void bench(const std::string& name, const std::string& dir, int repeat) {
+  const std::unique_ptr<tessera::text::Tokenizer> tokenizer = tessera::text::load_tokenizer(dir);
+  const Clock::time_point start = Clock::now();
+  const tessera::text::GrammarVocabulary vocabulary(*tokenizer);
+  std::cout << nlohmann::json{{"name", name}, {"vocab", vocabulary.size()}, {"index_ms", ms_since(start)}}.dump()
+            << "\n";
+  const std::pair<const char*, tessera::text::JsonGrammar> grammars[] = {
+      {"json_object", tessera::text::any_json_object()},
+      {"schema", tessera::text::compile_json_schema(nlohmann::ordered_json::parse(kSchema))}};
+  std::vector<uint64_t> bits((static_cast<size_t>(vocabulary.size()) + 63) / 64);
+  for (const auto& [grammar_name, grammar] : grammars) {
+    for (const std::string& prefix : kPrefixes) {
+      tessera::text::JsonMatcher matcher(grammar);
+      if (!matcher.advance(std::string_view(prefix))) continue;  // json_object's keys are free, the schema's not
+      const Clock::time_point t0 = Clock::now();
+      for (int i = 0; i < repeat; ++i) {
+        std::fill(bits.begin(), bits.end(), 0);
+        vocabulary.allowed(matcher, bits);
+      }
+      const double mask_ms = ms_since(t0) / repeat;
+      int64_t allowed = 0;
+      for (uint64_t w : bits) allowed += __builtin_popcountll(w);
+      std::cout << nlohmann::json{{"name", name}, {"grammar", grammar_name}, {"after", prefix},
+                                  {"allowed", allowed}, {"mask_ms", mask_ms}}.dump()
+                << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int repeat = 20;
+  std::vector<std::pair<std::string, std::string>> tokenizers;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--repeat" && i + 1 < argc) {
+      repeat = std::max(1, std::stoi(argv[++i]));
+    } else if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      tokenizers.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
+    } else {
+      std::cerr << "usage: tessera_bench_grammar [--repeat N] NAME=MODEL_DIR...\n";
+      return 2;
+    }
+  }
+  if (tokenizers.empty()) {
+    std::cerr << "usage: tessera_bench_grammar [--repeat N] NAME=MODEL_DIR...\n";
+    return 2;
+  }
+  try {
+    for (const auto& [name, dir] : tokenizers) bench(name, dir, repeat);
+  } catch (const tessera::Error& e) {
+    std::cerr << e.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
