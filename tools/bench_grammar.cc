@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_args.h"
 #include "core/error.h"
 #include "text/grammar_vocabulary.h"
 #include "text/json_grammar.h"
@@ -70,25 +71,13 @@ void bench(const std::string& name, const std::string& dir, int repeat) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int repeat = 20;
-  std::vector<std::pair<std::string, std::string>> tokenizers;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--repeat" && i + 1 < argc) {
-      repeat = std::max(1, std::stoi(argv[++i]));
-    } else if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      tokenizers.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
-    } else {
-      std::cerr << "usage: tessera_bench_grammar [--repeat N] NAME=MODEL_DIR...\n";
-      return 2;
-    }
-  }
-  if (tokenizers.empty()) {
+  const std::optional<tessera::tools::BenchArgs> args = tessera::tools::parse_bench_args(argc, argv, 1, 20);
+  if (!args) {
     std::cerr << "usage: tessera_bench_grammar [--repeat N] NAME=MODEL_DIR...\n";
     return 2;
   }
   try {
-    for (const auto& [name, dir] : tokenizers) bench(name, dir, repeat);
+    for (const auto& [name, dir] : args->tokenizers) bench(name, dir, args->repeat);
   } catch (const tessera::Error& e) {
     std::cerr << e.message() << "\n";
     return 1;

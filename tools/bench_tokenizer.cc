@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_args.h"
 #include "core/error.h"
 #include "text/tokenizer.h"
 
@@ -32,21 +33,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  int repeat = 5;
-  std::vector<std::pair<std::string, std::string>> tokenizers;
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--repeat" && i + 1 < argc) {
-      repeat = std::max(1, std::stoi(argv[++i]));
-    } else if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      tokenizers.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
-    } else {
-      std::cerr << "expected NAME=MODEL_DIR, got " << arg << "\n";
-      return 2;
-    }
+  const std::optional<tessera::tools::BenchArgs> args = tessera::tools::parse_bench_args(argc, argv, 2, 5);
+  if (!args) {
+    std::cerr << "usage: tessera_bench_tokenizer TEXT_FILE [--repeat N] NAME=MODEL_DIR...\n";
+    return 2;
   }
+  const int repeat = args->repeat;
   try {
-    for (const auto& [name, dir] : tokenizers) {
+    for (const auto& [name, dir] : args->tokenizers) {
       const auto tokenizer = tessera::text::load_tokenizer(dir);
       double best = 1e30;
       size_t count = 0;
