@@ -39,7 +39,7 @@ WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 def serve(binary, root, answer, others, template_file):
     model = scripted_model(binary, root, answer, others, chat_template=template_file.read_text())
-    server = Server(binary, model, root / "server.log", "--backend", "cpu")
+    server = Server(binary, model, root / "server.log")
     yield server
     assert server.stop() == 0, server.read_log()
 

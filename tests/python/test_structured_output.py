@@ -48,7 +48,7 @@ def json_schema_format(schema):
 @pytest.fixture(scope="module")
 def demo_server(tessera_bin, tmp_path_factory):
     root = tmp_path_factory.mktemp("structured")
-    server = Server(tessera_bin, make_demo_model(tessera_bin, root / "demo"), root / "server.log", "--backend", "cpu")
+    server = Server(tessera_bin, make_demo_model(tessera_bin, root / "demo"), root / "server.log")
     yield server
     assert server.stop() == 0, server.read_log()
 
@@ -141,7 +141,7 @@ CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength":
 def test_a_conforming_answer_passes_unchanged_and_another_is_made_to_conform(tessera_bin, tmp_path):
     conforming = [('{"city": "Paris"', False), (', "days": 3}', False), ("</s>", True)]
     model = scripted_model(tessera_bin, tmp_path / "conforming", conforming, [])
-    server = Server(tessera_bin, model, tmp_path / "conforming.log", "--backend", "cpu")
+    server = Server(tessera_bin, model, tmp_path / "conforming.log")
     try:
         body = complete(server, max_tokens=20, temperature=0, response_format=json_schema_format(CITY))
         assert body["choices"][0]["text"] == '{"city": "Paris", "days": 3}'
@@ -151,7 +151,7 @@ def test_a_conforming_answer_passes_unchanged_and_another_is_made_to_conform(tes
         assert server.stop() == 0
     chatty = [("Sure! Here you go: ", False), ('{"city": "Paris", "days": 3}', False), ("</s>", True)]
     model = scripted_model(tessera_bin, tmp_path / "chatty", chatty, [])
-    server = Server(tessera_bin, model, tmp_path / "chatty.log", "--backend", "cpu")
+    server = Server(tessera_bin, model, tmp_path / "chatty.log")
     try:
         free = complete(server, max_tokens=20, temperature=0)["choices"][0]["text"]
         assert free == 'Sure! Here you go: {"city": "Paris", "days": 3}'
