@@ -85,6 +85,16 @@ SCHEMAS = {
     "short_string": {"type": "string", "minLength": 1, "maxLength": 3},
     "array_of_anything": {"type": "array", "items": {}},
     "empty_object": {"type": "object", "properties": {}, "additionalProperties": False},
+    "bounded_integers": {
+        "type": "object",
+        "properties": {
+            "small": {"type": "integer", "minimum": -15, "maximum": 130},
+            "positive": {"type": "integer", "exclusiveMinimum": 0},
+            "negative": {"type": "integer", "maximum": -3, "exclusiveMinimum": -1000},
+            "exact": {"type": "integer", "minimum": 7, "maximum": 7},
+        },
+        "required": ["small", "positive", "negative", "exact"],
+    },
 }
 
 
@@ -179,6 +189,10 @@ def value_text(rng, root, schema, depth=0):
         kind = rng.choice(kind)
     if kind == "string":
         return string_text(rng, schema.get("minLength", 0), schema.get("maxLength"))
+    if kind == "integer" and any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")):
+        low = max(schema.get("minimum", -10**12), schema.get("exclusiveMinimum", -10**12 - 1) + 1)
+        high = min(schema.get("maximum", 10**12), schema.get("exclusiveMaximum", 10**12 + 1) - 1)
+        return str(rng.randint(low, high))
     if kind in ("number", "integer"):
         return number_text(rng, kind == "integer")
     if kind == "boolean":

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -21,7 +24,13 @@ const std::set<std::string> kAnnotations = {"title",      "description", "defaul
 // Keywords compiled below.
 const std::set<std::string> kCompiled = {"type",  "enum",     "const",    "anyOf",    "oneOf",
                                          "allOf", "$ref",     "properties", "required", "additionalProperties",
-                                         "items", "minItems", "maxItems", "minLength", "maxLength"};
+                                         "items", "minItems", "maxItems", "minLength", "maxLength",
+                                         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+
+bool has_bounds(const nlohmann::ordered_json& schema) {
+  return std::any_of(std::begin(kBounds), std::end(kBounds), [&](const char* key) { return schema.contains(key); });
+}
 
 std::string escape_pointer_token(const std::string& token) {
   std::string out;
@@ -94,7 +103,8 @@ class JsonGrammarBuilder::Compiler {
       if (!kAnnotations.contains(key) && !kCompiled.contains(key)) {
         fail(where, fmt::format("the keyword '{}' is not supported by structured output (supported: type, enum, "
                                 "const, anyOf, oneOf, allOf of one schema, $ref, properties, required, "
-                                "additionalProperties false, items, minItems, maxItems, minLength, maxLength)",
+                                "additionalProperties false, items, minItems, maxItems, minLength, maxLength, and an "
+                                "integer's minimum and maximum)",
                                 key));
       }
     }
@@ -134,6 +144,7 @@ class JsonGrammarBuilder::Compiler {
         return typed(schema, "array", where);
       }
       if (schema.contains("minLength") || schema.contains("maxLength")) return typed(schema, "string", where);
+      if (has_bounds(schema)) fail(where, "bounds need \"type\": \"integer\" (a number's are not supported)");
       return JsonGrammar::kAnyValue;
     }
     if (type->is_string()) return typed(schema, type->get<std::string>(), where);
@@ -229,13 +240,44 @@ class JsonGrammarBuilder::Compiler {
       if (node.max_length >= 0 && node.max_length < node.min_length) fail(where, "maxLength is below minLength");
       return add(std::move(node));
     }
-    if (type == "number") return add(node_of(Kind::kNumber));
-    if (type == "integer") return add(node_of(Kind::kInteger));
+    if (type == "number") {
+      if (has_bounds(schema)) fail(where, "minimum and maximum are supported for integers only");
+      return add(node_of(Kind::kNumber));
+    }
+    if (type == "integer") return integer(schema, where);
     if (type == "boolean") return JsonGrammar::kBoolean;
     if (type == "null") return JsonGrammar::kNull;
     if (type == "array") return array(schema, where);
     if (type == "object") return object(schema, where);
     fail(where + "/type", fmt::format("unknown type '{}'", type));
+  }
+
+  // An integer and its bounds, made inclusive (the tighter of minimum and
+  // exclusiveMinimum, of maximum and exclusiveMaximum).
+  int32_t integer(const Json& schema, const std::string& where) {
+    GrammarNode node = node_of(Kind::kInteger);
+    for (const char* key : kBounds) {
+      const auto it = schema.find(key);
+      if (it == schema.end()) continue;
+      if (!it->is_number()) fail(where + "/" + key, fmt::format("{} must be a number", key));
+      const double v = it->get<double>();
+      if (!(std::fabs(v) <= 9e15)) fail(where + "/" + key, fmt::format("{} must lie within ±9e15", key));
+      const bool lower = std::string_view(key).find("inimum") != std::string_view::npos;
+      const bool exclusive = std::string_view(key).starts_with("exclusive");
+      if (lower) {
+        const auto bound = static_cast<int64_t>(exclusive ? std::floor(v) + 1 : std::ceil(v));
+        node.minimum = node.has_minimum ? std::max(node.minimum, bound) : bound;
+        node.has_minimum = true;
+      } else {
+        const auto bound = static_cast<int64_t>(exclusive ? std::ceil(v) - 1 : std::floor(v));
+        node.maximum = node.has_maximum ? std::min(node.maximum, bound) : bound;
+        node.has_maximum = true;
+      }
+    }
+    if (node.has_minimum && node.has_maximum && node.minimum > node.maximum) {
+      fail(where, "no integer lies between its minimum and maximum");
+    }
+    return add(std::move(node));
   }
 
   int32_t array(const Json& schema, const std::string& where) {

@@ -14,7 +14,9 @@
 //   properties are written); an object with no properties and no
 //   additionalProperties false takes any keys and values;
 //   arrays: items, minItems, maxItems; strings: minLength, maxLength (code
-//   points; an escape counts as one). A schema without type takes it from
+//   points; an escape counts as one); integers: minimum, maximum,
+//   exclusiveMinimum, exclusiveMaximum (within ±9e15; a number's bounds are
+//   refused). A schema without type takes it from
 //   these keywords (an object's, an array's or a string's), else any value.
 //   Annotations (title, description, default, examples, $schema, $id,
 //   $comment, deprecated, readOnly, writeOnly, strict) are ignored.
@@ -56,6 +58,8 @@ struct GrammarNode {
   int32_t items = -1;                // kArray
   int64_t min_items = 0, max_items = -1;    // kArray; -1: no bound
   int64_t min_length = 0, max_length = -1;  // kString; -1: no bound
+  bool has_minimum = false, has_maximum = false;  // kInteger: inclusive bounds
+  int64_t minimum = 0, maximum = 0;
   std::vector<std::string> literals;        // kLiterals, at most kMaxAlternatives
   bool raw = false;                         // kLiterals: text with no whitespace before it
   std::vector<int32_t> options;             // kAnyOf; kSequence: the parts, at least one

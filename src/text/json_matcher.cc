@@ -18,6 +18,8 @@ enum NumberState : uint8_t { kStart, kMinus, kZero, kInt, kDot, kFrac, kExp, kEx
 
 // anyOf inside anyOf (a $ref is one) deeper than this is taken as a cycle.
 constexpr int kMaxOptionDepth = 16;
+// An integer's magnitude stops growing here (past every bound, ±9e15).
+constexpr uint64_t kSaturated = uint64_t{1} << 60;
 
 bool is_whitespace(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
@@ -59,6 +61,46 @@ uint8_t number_step(uint8_t state, uint8_t c, bool integer) {
     case kExpDigits: return digit ? kExpDigits : kNoNumberState;
     default: return kNoNumberState;
   }
+}
+
+// An integer's bounds, as the range of its magnitude x (the digits written so
+// far, and those to come) for the sign it has: [low, high], high < 0 for none.
+struct MagnitudeRange {
+  __int128 low, high;
+};
+constexpr __int128 kUnbounded = -1;
+
+MagnitudeRange magnitude_range(const GrammarNode& n, bool negative) {
+  // value = x, or -x when negative: x in [min, max], or in [-max, -min].
+  __int128 low = 0, high = kUnbounded;
+  if (!negative) {
+    if (n.has_minimum) low = std::max<__int128>(0, n.minimum);
+    if (n.has_maximum) high = n.maximum;
+  } else {
+    if (n.has_maximum) low = std::max<__int128>(0, -static_cast<__int128>(n.maximum));
+    if (n.has_minimum) high = -static_cast<__int128>(n.minimum);
+  }
+  return {low, high};
+}
+
+bool in_range(const MagnitudeRange& r, __int128 x) { return x >= r.low && (r.high == kUnbounded || x <= r.high); }
+
+// Whether an integer can still end within its bounds: no digit yet
+// (`digits` 0), a leading zero (only 0 itself), or the magnitude `x` so far
+// followed by j more digits, x * 10^j .. (x + 1) * 10^j - 1 for some j.
+bool integer_may_end_in_range(const GrammarNode& n, bool negative, int digits, bool zero, uint64_t x) {
+  const MagnitudeRange r = magnitude_range(n, negative);
+  if (r.high != kUnbounded && r.high < r.low) return false;
+  if (digits == 0) return true;
+  if (zero) return in_range(r, 0);
+  if (r.high == kUnbounded) return true;
+  __int128 from = x, to = x;
+  for (int j = digits; j <= JsonMatcher::kMaxDigits && from <= r.high; ++j) {
+    if (to >= r.low) return true;
+    from *= 10;
+    to = to * 10 + 9;
+  }
+  return false;
 }
 
 // A UTF-8 lead byte: how many continuation bytes follow and the first one's range.
@@ -381,13 +423,25 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
       }
       case FrameKind::kNumber: {
         const bool too_long = is_digit(c) && f.a >= kMaxDigits;
-        const uint8_t next = too_long ? uint8_t{kNoNumberState} : number_step(f.state, c, f.b != 0);
+        uint8_t next = too_long ? uint8_t{kNoNumberState} : number_step(f.state, c, f.b != 0);
+        if (next != kNoNumberState && bounded(f)) {
+          // An integer's magnitude so far in `alive`, its sign in `pending`.
+          const bool negative = f.pending != 0 || c == '-';
+          const uint64_t x = is_digit(c) ? std::min<uint64_t>(f.alive * 10 + (c - '0'), kSaturated) : f.alive;
+          const int digits = f.a + (is_digit(c) ? 1 : 0);
+          if (integer_may_end_in_range(nodes[f.node], negative, digits, next == kZero, x)) {
+            f.pending = negative ? 1 : 0;
+            f.alive = x;
+          } else {
+            next = kNoNumberState;
+          }
+        }
         if (next != kNoNumberState) {
           if (is_digit(c)) ++f.a;
           f.state = next;
           return take();
         }
-        if (!number_complete(f.state)) return;
+        if (!number_whole(f)) return;
         s.pop_back();  // the byte belongs to what follows the number
         continue;
       }
@@ -418,11 +472,22 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
   }
 }
 
+bool JsonMatcher::bounded(const Frame& f) const {
+  const GrammarNode& n = grammar_->nodes[f.node];
+  return n.kind == Kind::kInteger && (n.has_minimum || n.has_maximum);
+}
+
+bool JsonMatcher::number_whole(const Frame& f) const {
+  if (!number_complete(f.state)) return false;
+  if (!bounded(f)) return true;
+  return in_range(magnitude_range(grammar_->nodes[f.node], f.pending != 0), f.alive);
+}
+
 bool JsonMatcher::ends_complete(std::vector<Frame>::const_iterator begin,
                                 std::vector<Frame>::const_iterator end) const {
   for (auto it = end; it != begin; --it) {
     const Frame& f = *(it - 1);
-    if (f.kind == FrameKind::kNumber && number_complete(f.state)) continue;
+    if (f.kind == FrameKind::kNumber && number_whole(f)) continue;
     if (f.kind == FrameKind::kLiterals) {
       bool complete = false;
       const auto& literals = grammar_->nodes[f.node].literals;

@@ -55,7 +55,7 @@ class JsonMatcher {
     FrameKind kind = FrameKind::kValue;
     uint8_t state = 0;
     uint8_t whitespace = 0;  // bytes of the current whitespace run
-    uint8_t pending = 0;     // string: UTF-8 continuation bytes or \u hex digits still due
+    uint8_t pending = 0;     // string: UTF-8 continuation bytes or \u hex digits still due; number: negative
     uint8_t low = 0, high = 0;  // string: the next continuation byte's range; see kChars, kHex
     int32_t node = 0;
     // object: the next property; array: items; string: code points; number:
@@ -64,7 +64,7 @@ class JsonMatcher {
     // object: the current key's value node; number: 1 for an integer;
     // string: the value of a \u escape being read.
     int32_t b = 0;
-    uint64_t alive = 0;      // key, literals: the alternatives still matching
+    uint64_t alive = 0;      // key, literals: the alternatives still matching; bounded integer: its magnitude
     bool operator==(const Frame&) const = default;
   };
 
@@ -79,6 +79,10 @@ class JsonMatcher {
   // A property window of object frame `f`: bits of the properties that may come next.
   uint64_t key_window(const Frame& f) const;
   bool may_close_object(const Frame& f) const;
+  // An integer frame with bounds; a number frame that may end here (for a
+  // bounded integer: its value within the bounds).
+  bool bounded(const Frame& f) const;
+  bool number_whole(const Frame& f) const;
   // Pops frames that a value can end in without another byte (a number, a
   // literal that is complete); true when that empties the stack.
   bool ends_complete(std::vector<Frame>::const_iterator begin, std::vector<Frame>::const_iterator end) const;

@@ -22,7 +22,7 @@ PERSON = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 10},
-        "age": {"type": "integer"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
         "member": {"type": "boolean"},
         "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3},
     },

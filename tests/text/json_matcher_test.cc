@@ -137,6 +137,27 @@ TEST(JsonMatcher, CountsStringLengthsInCodePoints) {
   EXPECT_FALSE(takes(grammar, "\"a\tb\""));                          // a raw control byte
 }
 
+TEST(JsonMatcher, KeepsIntegersWithinTheirBounds) {
+  const JsonGrammar teens = compile_json_schema(Json::parse(R"({"type": "integer", "minimum": 10, "maximum": 20})"));
+  for (const char* in : {"10", "15", "20"}) EXPECT_TRUE(takes(teens, in)) << in;
+  for (const char* out : {"9", "21", "3", "-1", "0", "100", "1"}) EXPECT_FALSE(takes(teens, out)) << out;
+  JsonMatcher m(teens);
+  EXPECT_FALSE(m.advance('3'));  // 3, 30, 300...: none within
+  EXPECT_FALSE(m.advance('-'));
+  ASSERT_TRUE(m.advance('2'));   // 20 only
+  EXPECT_FALSE(m.can_end());
+  EXPECT_FALSE(m.advance('1'));
+  JsonMatcher z(teens);
+  EXPECT_FALSE(z.advance('0'));  // a leading zero is 0 alone: refused before it strands the output
+  const JsonGrammar below = compile_json_schema(Json::parse(R"({"type": "integer", "exclusiveMaximum": -2})"));
+  for (const char* in : {"-3", "-30", "-123456"}) EXPECT_TRUE(takes(below, in)) << in;
+  for (const char* out : {"-2", "-1", "-0", "0", "5"}) EXPECT_FALSE(takes(below, out)) << out;
+  const JsonGrammar zero = compile_json_schema(Json::parse(R"({"type": "integer", "minimum": 0, "maximum": 0})"));
+  EXPECT_TRUE(takes(zero, "0"));
+  EXPECT_TRUE(takes(zero, "-0"));  // JSON's -0 is 0
+  EXPECT_FALSE(takes(zero, "1"));
+}
+
 TEST(JsonMatcher, FollowsRecursiveReferences) {
   const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
     "type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["next"]})"));
@@ -171,7 +192,11 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
   expect_refused(R"({"type": "string", "pattern": "^a"})", "'#': the keyword 'pattern' is not supported");
   expect_refused(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})",
                  "'#/properties/d': the keyword 'format'");
-  expect_refused(R"({"type": "integer", "minimum": 0})", "'minimum'");
+  expect_refused(R"({"type": "number", "minimum": 0})", "supported for integers only");
+  expect_refused(R"({"minimum": 0})", "bounds need");
+  expect_refused(R"({"type": "integer", "multipleOf": 2})", "'multipleOf'");
+  expect_refused(R"({"type": "integer", "minimum": 3.5, "maximum": 3.9})", "no integer lies between");
+  expect_refused(R"({"type": "integer", "maximum": 1e20})", "within");
   expect_refused(R"({"type": "object", "additionalProperties": true})", "only additionalProperties false");
   expect_refused(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b' is required");
   expect_refused(R"({"$ref": "#/$defs/missing"})", "names nothing");
