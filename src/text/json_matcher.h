@@ -27,7 +27,7 @@ class JsonMatcher {
  public:
   static constexpr int kMaxWhitespace = 20;
   static constexpr int kMaxDigits = 24;
-  static constexpr size_t kMaxAlternatives = 64;
+  static constexpr size_t kMaxAlternatives = JsonGrammar::kMaxAlternatives;  // stacks followed at once
 
   // `grammar` must outlive the matcher and its copies.
   explicit JsonMatcher(const JsonGrammar& grammar);
