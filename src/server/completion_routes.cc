@@ -188,6 +188,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
         if (e.kind() != ErrorKind::kInvalidArgument) throw;
         throw bad_request(e.message(), std::nullopt, "invalid_value");
       }
+      if (options.grammar) metrics_.count_structured_choice();
       if (j == 0) first_choice = stream->id();
       generations.push_back(std::make_unique<Generation>(*ctx.engine, *ctx.tokenizer, metrics_, stream, options,
                                                          static_cast<int64_t>(prompt.size()), arrival));

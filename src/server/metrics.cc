@@ -65,6 +65,11 @@ void Metrics::count_finish(const std::string& reason) {
   ++finishes_[reason];
 }
 
+void Metrics::count_structured_choice() {
+  std::lock_guard lock(mutex_);
+  ++structured_choices_;
+}
+
 void Metrics::count_client_disconnect() {
   std::lock_guard lock(mutex_);
   ++disconnects_;
@@ -93,6 +98,10 @@ std::string Metrics::render(const engine::EngineStats* stats, const ServerGauges
     }
     counter(out, "tessera_client_disconnects_total", "Clients that went away before their answer was complete.",
             static_cast<double>(disconnects_));
+    counter(out, "tessera_structured_choices_total",
+            "Choices generated under a structured output (response_format, guided_*, a forced tool call); their "
+            "steps sample on the host.",
+            static_cast<double>(structured_choices_));
     counter(out, "tessera_prompt_tokens_total", "Prompt tokens of generation requests.",
             static_cast<double>(prompt_tokens_));
     counter(out, "tessera_generation_tokens_total", "Generated tokens.", static_cast<double>(generation_tokens_));

@@ -48,6 +48,8 @@ class Metrics {
   // One engine request ended: "stop", "length", "abort" (the client went away or the server stopped) or "error".
   void count_finish(const std::string& reason);
   void count_client_disconnect();
+  // One choice generated under a structured output's constraint (sampled on the host).
+  void count_structured_choice();
   void add_tokens(int64_t prompt_tokens, int64_t generation_tokens);
 
   Histogram time_to_first_token;  // seconds from arrival to the first token
@@ -62,6 +64,7 @@ class Metrics {
   std::map<std::pair<std::string, unsigned>, uint64_t> responses_;
   std::map<std::string, uint64_t> finishes_;
   uint64_t disconnects_ = 0;
+  uint64_t structured_choices_ = 0;
   int64_t prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;
 };

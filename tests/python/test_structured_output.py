@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from scripted_model import scripted_model
-from test_server_helpers import Server, make_demo_model
+from test_server_helpers import Server, make_demo_model, metric
 
 PERSON = {
     "type": "object",
@@ -100,6 +100,16 @@ def test_json_schema_outputs_validate(demo_server, schema):
             jsonschema.validate(value, schema)
             assert keys_in_schema_order(value, schema)
     assert "structured output: the vocabulary's 512 tokens indexed" in demo_server.read_log()
+
+
+def test_metrics_count_the_structured_choices(demo_server):
+    def structured():
+        text = requests.get(demo_server.url + "/metrics", timeout=10).text
+        return metric(text, "tessera_structured_choices_total")
+    before = structured()
+    complete(demo_server, max_tokens=400, temperature=1.0, seed=1, n=3, response_format=json_schema_format(PERSON))
+    complete(demo_server, max_tokens=8, temperature=1.0, seed=1, n=2)  # free text: not counted
+    assert structured() - before == 3
 
 
 def test_chat_and_streaming_through_the_openai_client(demo_server):
