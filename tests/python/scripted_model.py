@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from test_server_helpers import make_demo_model
+from test_server_helpers import Server, make_demo_model, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -68,3 +68,9 @@ def scripted_model(binary, root, answer, others, chat_template=None):
     tensors["lm_head.weight"] = head
     ref.write_safetensors(out / "model.safetensors", tensors)
     return out
+
+
+def serve_scripted(binary, root, answer, others, template_file):
+    """A server over the scripted model with `template_file` as its chat template (a module fixture's body)."""
+    model = scripted_model(binary, root, answer, others, chat_template=template_file.read_text())
+    yield from serving(Server(binary, model, root / "server.log"))

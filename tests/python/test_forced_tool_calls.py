@@ -16,8 +16,7 @@ import openai
 import pytest
 import requests
 
-from scripted_model import scripted_model
-from test_server_helpers import Server
+from scripted_model import serve_scripted
 
 # Bounded strings: greedy over the scripted model's flat logits (outside its
 # answer) takes the lowest id allowed, which inside an unbounded string is a
@@ -37,16 +36,9 @@ PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-def serve(binary, root, answer, others, template_file):
-    model = scripted_model(binary, root, answer, others, chat_template=template_file.read_text())
-    server = Server(binary, model, root / "server.log")
-    yield server
-    assert server.stop() == 0, server.read_log()
-
-
 @pytest.fixture(scope="module")
 def qwen_server(tessera_bin, testdata, tmp_path_factory):
-    yield from serve(tessera_bin, tmp_path_factory.mktemp("forced_qwen"),
+    yield from serve_scripted(tessera_bin, tmp_path_factory.mktemp("forced_qwen"),
                      [("It is sunny in Paris.", False), ("<|im_end|>", True)],
                      [("<|im_start|>", True), ("<tool_call>", False), ("</tool_call>", False)],
                      testdata / "chat_templates" / "Qwen-Qwen2.5-7B-Instruct.jinja")
@@ -54,7 +46,7 @@ def qwen_server(tessera_bin, testdata, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def internlm_server(tessera_bin, testdata, tmp_path_factory):
-    yield from serve(tessera_bin, tmp_path_factory.mktemp("forced_internlm"),
+    yield from serve_scripted(tessera_bin, tmp_path_factory.mktemp("forced_internlm"),
                      [("It is sunny in Paris.", False), ("<|im_end|>", True)],
                      [("<|im_start|>", True), ("<|action_start|>", True), ("<|plugin|>", True),
                       ("<|action_end|>", True)],

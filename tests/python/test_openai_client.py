@@ -9,15 +9,13 @@ from pathlib import Path
 import openai
 import pytest
 
-from test_server_helpers import Server, make_demo_model
+from test_server_helpers import Server, make_demo_model, serving
 
 
 @pytest.fixture(scope="module")
 def server(tessera_bin, tmp_path_factory):
     root = tmp_path_factory.mktemp("openai")
-    s = Server(tessera_bin, make_demo_model(tessera_bin, root / "demo"), root / "server.log")
-    yield s
-    assert s.stop() == 0, s.read_log()
+    yield from serving(Server(tessera_bin, make_demo_model(tessera_bin, root / "demo"), root / "server.log"))
 
 
 @pytest.fixture(scope="module")

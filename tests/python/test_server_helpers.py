@@ -57,6 +57,12 @@ class Server:
         return self.proc.returncode
 
 
+def serving(server):
+    """A module fixture's body: yields `server`, then stops it and requires a clean exit."""
+    yield server
+    assert server.stop() == 0, server.read_log()
+
+
 def metric(text, name):
     """The value of one sample line (name with labels, exactly) of Prometheus text; 0 when absent."""
     for line in text.splitlines():

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from scripted_model import scripted_model
-from test_server_helpers import Server, make_demo_model, metric
+from test_server_helpers import Server, make_demo_model, metric, serving
 
 PERSON = {
     "type": "object",
@@ -48,9 +48,7 @@ def json_schema_format(schema):
 @pytest.fixture(scope="module")
 def demo_server(tessera_bin, tmp_path_factory):
     root = tmp_path_factory.mktemp("structured")
-    server = Server(tessera_bin, make_demo_model(tessera_bin, root / "demo"), root / "server.log")
-    yield server
-    assert server.stop() == 0, server.read_log()
+    yield from serving(Server(tessera_bin, make_demo_model(tessera_bin, root / "demo"), root / "server.log"))
 
 
 def demo_vocab(server):

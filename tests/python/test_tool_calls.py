@@ -13,7 +13,7 @@ import openai
 import pytest
 import requests
 
-from scripted_model import scripted_model
+from scripted_model import scripted_model, serve_scripted
 from test_server_helpers import Server
 
 TOOLS = [
@@ -34,13 +34,6 @@ INTERNLM_OTHERS = [("<|im_start|>", True)]
 QWEN_ANSWER = [("Let me check.", False), ("<tool_call>", False), ('\n{"name": "get_weather", "arguments": ', False),
                ('{"city": "Paris"}}\n', False), ("</tool_call>", False), ("<|im_end|>", True)]
 QWEN_OTHERS = [("<|im_start|>", True)]
-
-
-def serve_scripted(binary, root, answer, others, template_file):
-    model = scripted_model(binary, root, answer, others, chat_template=template_file.read_text())
-    s = Server(binary, model, root / "server.log")
-    yield s
-    assert s.stop() == 0, s.read_log()
 
 
 @pytest.fixture(scope="module")
