@@ -76,8 +76,6 @@ class JsonTokenMatcher {
                    std::vector<GrammarToken> extra = {})
       : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), extra_(std::move(extra)),
         matcher_(*grammar_) {}
-  JsonTokenMatcher(const JsonTokenMatcher& other)
-      : grammar_(other.grammar_), vocabulary_(other.vocabulary_), extra_(other.extra_), matcher_(other.matcher_) {}
 
   // The vocabulary's tokens and the extra ones that fit; `allowed` as in GrammarVocabulary::allowed.
   void allowed(std::span<uint64_t> allowed) const;
