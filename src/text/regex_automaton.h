@@ -1,0 +1,70 @@
+// RegexAutomaton: a regular expression (regex_syntax.h) as a deterministic
+// automaton over UTF-8 bytes, for structured output: JSON Schema's `pattern`
+// and `format` inside a string, vLLM's guided_regex as the whole answer.
+//
+// Every state it keeps can still reach a match, so a byte it takes never
+// leads into a dead end, in the middle of a character neither (a character
+// class is compiled into the UTF-8 byte sequences of its code points). That
+// is what lets JsonMatcher offer a token only when the text can still be
+// finished.
+//
+// Built by Thompson's construction and the subset construction, with bytes
+// grouped into classes that no transition tells apart. Written here because
+// the regex libraries tessera links (PCRE2) match whole texts and do not
+// expose an automaton to step byte by byte. Sizes are bounded: a pattern
+// whose automaton would pass kMaxStates states is refused.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "text/regex_syntax.h"
+
+namespace tessera::text {
+
+struct RegexOptions {
+  RegexDialect dialect = RegexDialect::kEcmaScript;
+  // JSON Schema's `pattern` matches anywhere in the string unless `^` / `$`
+  // anchor it; guided_regex must match the whole text (`^` and `$` at its
+  // ends change nothing).
+  bool search = false;
+  // Only characters a JSON string writes (no control characters but \b, \t,
+  // \n, \f, \r, which have short escapes): what JsonMatcher can emit there.
+  bool json_string = false;
+};
+
+class RegexAutomaton {
+ public:
+  static constexpr int32_t kDead = -1;
+  static constexpr size_t kMaxStates = 10000;
+  static constexpr size_t kMaxNfaStates = 200000;
+
+  // Throws Error(kInvalidArgument) for a pattern that is malformed, not
+  // supported, too large, or that no string (no string a JSON string can
+  // hold, with json_string) matches.
+  static std::shared_ptr<const RegexAutomaton> compile(std::string_view pattern, const RegexOptions& options);
+
+  int32_t start() const { return 0; }
+  // The state after `byte`, or kDead.
+  int32_t next(int32_t state, uint8_t byte) const {
+    return table_[static_cast<size_t>(state) * classes_ + class_of_[byte]];
+  }
+  // The text so far matches.
+  bool accepting(int32_t state) const { return accepting_[static_cast<size_t>(state)] != 0; }
+  size_t states() const { return accepting_.size(); }
+  size_t byte_classes() const { return classes_; }
+
+ private:
+  RegexAutomaton() = default;
+  friend class RegexAutomatonBuilder;
+
+  std::array<uint8_t, 256> class_of_{};
+  size_t classes_ = 1;
+  std::vector<int32_t> table_;      // [states][classes] the next state, kDead
+  std::vector<uint8_t> accepting_;  // [states]
+};
+
+}  // namespace tessera::text
