@@ -4,11 +4,14 @@
 //
 // For each model directory's tokenizer: the time to index its vocabulary
 // (GrammarVocabulary, once per server), then, for response_format
-// json_object and for a small schema, the mean time of one step's token mask
+// json_object, a small schema, a schema of a format and a pattern, and a
+// guided_regex, the mean time of one step's token mask
 // (GrammarVocabulary::allowed) at each of a few points of a document: before
-// it, between values, inside a key, inside a string, inside a number. One
-// JSON line each: {"name", "vocab", "index_ms"} then {"name", "grammar",
-// "after", "allowed", "mask_ms"}.
+// it, between values, inside a key, inside a string (with and without a
+// pattern), inside a number. One JSON line each: {"name", "vocab",
+// "index_ms"} then {"name", "grammar", "after", "allowed", "mask_ms"}, with
+// "cached_mask_ms" inside a pattern: the mask once the pattern state's plain
+// tokens are cached, as on a request's later visits to that state.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -31,13 +34,26 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// The schema's document, and the prefixes of it a mask is timed after.
+// The schemas' documents, and the prefixes of them a mask is timed after.
 constexpr const char* kSchema =
     R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
         "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "age", "tags"]})";
 const std::vector<std::string> kPrefixes = {
     "", "{", "{\"na", "{\"name\": ", "{\"name\": \"Ada Lo", "{\"name\": \"Ada\", \"age\": 3",
     "{\"name\": \"Ada\", \"age\": 36, \"tags\": [\"x\\u00"};
+constexpr const char* kPatternSchema =
+    R"({"type": "object", "properties": {"mail": {"format": "email"}, "note": {"pattern": "^[^\\n]*$"}},
+        "required": ["mail", "note"]})";
+const std::vector<std::string> kPatternPrefixes = {"{\"mail\": \"", "{\"mail\": \"ada.lo",
+                                                   "{\"mail\": \"a@b.io\", \"note\": \"Ada Lo"};
+constexpr const char* kGuidedRegex = R"((yes|no), \d{1,3} (apples|pears)\.)";
+const std::vector<std::string> kRegexPrefixes = {"", "yes, 1"};
+
+tessera::text::JsonGrammar guided_regex(const char* pattern) {
+  tessera::text::JsonGrammarBuilder builder;
+  const int32_t root = builder.regex(pattern);
+  return builder.finish(root);
+}
 
 void bench(const std::string& name, const std::string& dir, int repeat) {
   const std::unique_ptr<tessera::text::Tokenizer> tokenizer = tessera::text::load_tokenizer(dir);
@@ -45,12 +61,20 @@ void bench(const std::string& name, const std::string& dir, int repeat) {
   const tessera::text::GrammarVocabulary vocabulary(*tokenizer);
   std::cout << nlohmann::json{{"name", name}, {"vocab", vocabulary.size()}, {"index_ms", ms_since(start)}}.dump()
             << "\n";
-  const std::pair<const char*, tessera::text::JsonGrammar> grammars[] = {
-      {"json_object", tessera::text::any_json_object()},
-      {"schema", tessera::text::compile_json_schema(nlohmann::ordered_json::parse(kSchema))}};
+  struct Grammar {
+    const char* name;
+    tessera::text::JsonGrammar grammar;
+    const std::vector<std::string>& prefixes;
+  };
+  const Grammar grammars[] = {
+      {"json_object", tessera::text::any_json_object(), kPrefixes},
+      {"schema", tessera::text::compile_json_schema(nlohmann::ordered_json::parse(kSchema)), kPrefixes},
+      {"pattern_schema", tessera::text::compile_json_schema(nlohmann::ordered_json::parse(kPatternSchema)),
+       kPatternPrefixes},
+      {"guided_regex", guided_regex(kGuidedRegex), kRegexPrefixes}};
   std::vector<uint64_t> bits((static_cast<size_t>(vocabulary.size()) + 63) / 64);
-  for (const auto& [grammar_name, grammar] : grammars) {
-    for (const std::string& prefix : kPrefixes) {
+  for (const auto& [grammar_name, grammar, prefixes] : grammars) {
+    for (const std::string& prefix : prefixes) {
       tessera::text::JsonMatcher matcher(grammar);
       if (!matcher.advance(std::string_view(prefix))) continue;  // json_object's keys are free, the schema's not
       const Clock::time_point t0 = Clock::now();
@@ -61,9 +85,22 @@ void bench(const std::string& name, const std::string& dir, int repeat) {
       const double mask_ms = ms_since(t0) / repeat;
       int64_t allowed = 0;
       for (uint64_t w : bits) allowed += __builtin_popcountll(w);
-      std::cout << nlohmann::json{{"name", name}, {"grammar", grammar_name}, {"after", prefix},
-                                  {"allowed", allowed}, {"mask_ms", mask_ms}}.dump()
-                << "\n";
+      nlohmann::json line = {{"name", name}, {"grammar", grammar_name}, {"after", prefix}, {"allowed", allowed},
+                             {"mask_ms", mask_ms}};
+      // Inside a pattern: the mask again with the pattern state's plain tokens cached (a request's later steps).
+      bool any_plain = false;
+      std::vector<tessera::text::JsonMatcher::PatternState> patterns;
+      if (matcher.in_string(any_plain, patterns) && !patterns.empty()) {
+        tessera::text::PatternMaskCache cache;
+        vocabulary.allowed(matcher, bits, &cache);
+        const Clock::time_point t1 = Clock::now();
+        for (int i = 0; i < repeat; ++i) {
+          std::fill(bits.begin(), bits.end(), 0);
+          vocabulary.allowed(matcher, bits, &cache);
+        }
+        line["cached_mask_ms"] = ms_since(t1) / repeat;
+      }
+      std::cout << line.dump() << "\n";
     }
   }
 }

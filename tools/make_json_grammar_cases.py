@@ -13,14 +13,17 @@ tessera's JsonMatcher takes every canonical document and no invalid one.
 
     python3 tools/make_json_grammar_cases.py [OUT]
 
-Needs jsonschema (requirements-test.txt). Deterministic: the same file on
+Needs jsonschema and rfc3339-validator (requirements-test.txt). Deterministic: the same file on
 every run.
 """
 
+import copy
 import json
 import random
 import sys
 from pathlib import Path
+
+from email.headerregistry import Address
 
 import jsonschema
 
@@ -95,7 +98,50 @@ SCHEMAS = {
         },
         "required": ["small", "positive", "negative", "exact"],
     },
+    # Strings under a pattern or a format: the documents write one of the
+    # schema's examples (an annotation the compiler ignores).
+    "patterns": {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$", "examples": ["AB-123", "ZZ-000"]},
+            "anywhere": {"type": "string", "pattern": "ab", "examples": ["ab", "xaby", "\u00e9ab\n"]},
+            "quoted": {"pattern": '^"[a-z\\\\/]*"$', "examples": ['"a\\b"', '""', '"x/y"']},
+            "word": {"type": "string", "pattern": "^[a-z\u00e9]+$", "minLength": 2, "maxLength": 4,
+                     "examples": ["ab", "\u00e9t\u00e9", "abcd"]},
+            "lines": {"type": "string", "pattern": "^(?:[a-c]+\\n)+$", "examples": ["a\n", "ab\nc\n"]},
+        },
+        "required": ["code", "anywhere", "quoted", "word", "lines"],
+    },
+    "formats": {
+        "type": "object",
+        "properties": {
+            "date": {"type": "string", "format": "date", "examples": ["2024-02-29", "1999-12-31", "0001-01-01"]},
+            "time": {"type": "string", "format": "time", "examples": ["23:59:59Z", "00:00:00.5+05:30"]},
+            "at": {"type": "string", "format": "date-time",
+                   "examples": ["2026-12-07T16:15:21Z", "2000-02-29T12:00:00.123-01:00"]},
+            "id": {"type": "string", "format": "uuid", "examples": ["123e4567-e89b-12d3-a456-426614174000"]},
+            "ip": {"type": "string", "format": "ipv4", "examples": ["192.168.0.1", "0.0.0.0", "255.255.255.255"]},
+            "mail": {"type": "string", "format": "email", "examples": ["a.b@example.com", "x+y@mail.co"]},
+        },
+        "required": ["date", "time", "at", "id", "ip", "mail"],
+    },
 }
+
+
+def is_email(instance):
+    """The standard library's RFC 5322 addr-spec parser, stricter than jsonschema's check for an @."""
+    if not isinstance(instance, str):
+        return True
+    try:
+        address = Address(addr_spec=instance)
+    except (ValueError, IndexError, TypeError):
+        return False
+    return address.addr_spec == instance and bool(address.domain)
+
+
+# Draft 2020-12's format checks (time and date-time through rfc3339-validator), email's made strict.
+FORMAT_CHECKER = copy.deepcopy(jsonschema.Draft202012Validator.FORMAT_CHECKER)
+FORMAT_CHECKER.checkers["email"] = (is_email, ())
 
 
 def whitespace(rng):
@@ -187,7 +233,9 @@ def value_text(rng, root, schema, depth=0):
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = rng.choice(kind)
-    if kind == "string":
+    if kind == "string" or "pattern" in schema or "format" in schema:
+        if "examples" in schema:
+            return json.dumps(rng.choice(schema["examples"]), ensure_ascii=False)
         return string_text(rng, schema.get("minLength", 0), schema.get("maxLength"))
     if kind == "integer" and any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")):
         low = max(schema.get("minimum", -10**12), schema.get("exclusiveMinimum", -10**12 - 1) + 1)
@@ -231,7 +279,7 @@ def reference_valid(data, schema):
         return False
     if schema is None:
         return isinstance(value, dict)
-    return jsonschema.Draft202012Validator(schema).is_valid(value)
+    return jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER).is_valid(value)
 
 
 ALPHABET = list(b'{}[]":,0123456789-+.eEtrufalsn \\\n\t"\'a') + [0x01, 0xC3, 0xA9, 0xFF]

@@ -72,6 +72,7 @@ GrammarVocabulary::GrammarVocabulary(std::vector<std::string> token_bytes)
     all_.push_back(entry);
     if (plain_string_bytes(b)) {
       plain_[id / 64] |= uint64_t{1} << (id % 64);
+      plain_sorted_.push_back(entry);
     } else {
       not_plain_.push_back(entry);
     }
@@ -79,23 +80,55 @@ GrammarVocabulary::GrammarVocabulary(std::vector<std::string> token_bytes)
   const auto by_bytes = [](const Entry& x, const Entry& y) { return x.bytes < y.bytes; };
   std::sort(all_.begin(), all_.end(), by_bytes);
   std::sort(not_plain_.begin(), not_plain_.end(), by_bytes);
+  std::sort(plain_sorted_.begin(), plain_sorted_.end(), by_bytes);
 }
 
-void GrammarVocabulary::allowed(const JsonMatcher& matcher, std::span<uint64_t> allowed) const {
-  if (matcher.in_plain_string()) {
-    for (size_t w = 0; w < std::min(plain_.size(), allowed.size()); ++w) allowed[w] |= plain_[w];
-    search(matcher, not_plain_, allowed);
-  } else {
-    search(matcher, all_, allowed);
+const std::vector<uint64_t>* PatternMaskCache::find(const JsonMatcher::PatternState& state) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = masks_.find({state.automaton, state.state});
+  return it == masks_.end() ? nullptr : &it->second;  // map nodes stay put; entries are never erased
+}
+
+void PatternMaskCache::keep(const JsonMatcher::PatternState& state, const std::vector<uint64_t>& mask) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (masks_.size() < kMaxMasks) masks_.try_emplace({state.automaton, state.state}, mask);
+}
+
+void GrammarVocabulary::allowed(const JsonMatcher& matcher, std::span<uint64_t> allowed,
+                                PatternMaskCache* cache) const {
+  const auto matcher_step = [](JsonMatcher& next, const JsonMatcher& from, uint8_t byte) {
+    return next.assign_advanced(from, byte);
+  };
+  bool any_plain = false;
+  std::vector<JsonMatcher::PatternState> patterns;
+  if (!matcher.in_string(any_plain, patterns)) {
+    search(matcher, all_, allowed, matcher_step);
+    return;
   }
+  if (any_plain) {
+    for (size_t w = 0; w < std::min(plain_.size(), allowed.size()); ++w) allowed[w] |= plain_[w];
+  } else {
+    for (const JsonMatcher::PatternState& p : patterns) {
+      const auto walk = [&](std::span<uint64_t> mask) {
+        search(p.state, plain_sorted_, mask, [&](int32_t& next, int32_t from, uint8_t byte) {
+          next = p.automaton->next(from, byte);
+          return next != RegexAutomaton::kDead;
+        });
+      };
+      if (cache != nullptr) cache->add(p, allowed, walk);
+      else walk(allowed);
+    }
+  }
+  search(matcher, not_plain_, allowed, matcher_step);
 }
 
-void GrammarVocabulary::search(const JsonMatcher& root, const std::vector<Entry>& sorted,
-                               std::span<uint64_t> allowed) {
+template <typename State, typename Advance>
+void GrammarVocabulary::search(const State& root, const std::vector<Entry>& sorted, std::span<uint64_t> allowed,
+                               Advance advance) {
   // states[d]: root advanced by the current token's first d bytes; states
   // [0, valid] hold the previous token's prefixes, which the next token
   // shares up to their common length.
-  std::vector<JsonMatcher> states(1, root);
+  std::vector<State> states(1, root);
   std::string_view previous;
   size_t valid = 0;
   size_t i = 0;
@@ -107,7 +140,7 @@ void GrammarVocabulary::search(const JsonMatcher& root, const std::vector<Entry>
     bool dead = false;
     for (; depth < token.size(); ++depth) {
       if (states.size() <= depth + 1) states.push_back(root);
-      if (!states[depth + 1].assign_advanced(states[depth], static_cast<uint8_t>(token[depth]))) {
+      if (!advance(states[depth + 1], states[depth], static_cast<uint8_t>(token[depth]))) {
         dead = true;
         break;
       }
@@ -129,7 +162,7 @@ void GrammarVocabulary::search(const JsonMatcher& root, const std::vector<Entry>
 }
 
 void JsonTokenMatcher::allowed(std::span<uint64_t> allowed) const {
-  vocabulary_->allowed(matcher_, allowed);
+  vocabulary_->allowed(matcher_, allowed, pattern_masks_.get());
   for (const GrammarToken& token : extra_) {
     const auto id = static_cast<size_t>(token.id);
     if (id / 64 >= allowed.size()) continue;

@@ -10,11 +10,17 @@
 // Inside a string with no length bound, the matcher's answer for a token of
 // plain string bytes (no quote, backslash or control byte; whole UTF-8
 // characters) is always yes, so those tokens come from a precomputed mask and
-// only the rest of the vocabulary is walked.
+// only the rest of the vocabulary is walked. Inside a string with a pattern,
+// a plain token fits when the pattern's automaton takes its bytes, so the
+// plain tokens are walked through the automaton alone (a table lookup a
+// byte) and only the rest through the matcher.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +38,36 @@ namespace tessera::text {
 // with no piece.
 std::vector<std::string> token_bytes(const Tokenizer& tokenizer);
 
+// The plain-token masks of pattern states a constrained output has reached
+// (a pattern's automaton revisits few states, and a state's mask depends on
+// nothing else), at most kMaxMasks of them. Shared by the copies of one
+// JsonTokenMatcher, whose grammar owns the automata it is keyed by; safe
+// from many threads.
+class PatternMaskCache {
+ public:
+  static constexpr size_t kMaxMasks = 256;
+  // ORs the mask of `state` into `allowed`, made by make(mask) on first use.
+  template <typename Make>
+  void add(const JsonMatcher::PatternState& state, std::span<uint64_t> allowed, Make make) {
+    const std::vector<uint64_t>* mask = find(state);
+    std::vector<uint64_t> made;
+    if (mask == nullptr) {
+      made.assign(allowed.size(), 0);
+      make(std::span<uint64_t>(made));
+      mask = &made;
+      keep(state, made);
+    }
+    for (size_t w = 0; w < std::min(mask->size(), allowed.size()); ++w) allowed[w] |= (*mask)[w];
+  }
+
+ private:
+  const std::vector<uint64_t>* find(const JsonMatcher::PatternState& state);
+  void keep(const JsonMatcher::PatternState& state, const std::vector<uint64_t>& mask);
+
+  std::mutex mutex_;
+  std::map<std::pair<const RegexAutomaton*, int32_t>, std::vector<uint64_t>> masks_;  // entries never change
+};
+
 class GrammarVocabulary {
  public:
   explicit GrammarVocabulary(std::vector<std::string> token_bytes);
@@ -45,20 +81,25 @@ class GrammarVocabulary {
   // Sets bit id (word id / 64, bit id % 64) of `allowed` for every token whose
   // bytes `matcher` takes; other bits are left as they are, and ids past
   // `allowed` (a tokenizer larger than the model's vocabulary) are left out.
-  // Safe from many threads at once.
-  void allowed(const JsonMatcher& matcher, std::span<uint64_t> allowed) const;
+  // Safe from many threads at once. `cache`, when given, keeps the masks
+  // of pattern states.
+  void allowed(const JsonMatcher& matcher, std::span<uint64_t> allowed, PatternMaskCache* cache = nullptr) const;
 
  private:
   struct Entry {
     std::string_view bytes;  // into bytes_
     int32_t id;
   };
-  // Marks every token of `sorted` whose bytes `root` takes.
-  static void search(const JsonMatcher& root, const std::vector<Entry>& sorted, std::span<uint64_t> allowed);
+  // Marks every token of `sorted` whose bytes `root` takes, advancing a
+  // state by a byte with advance(next, from, byte) -> bool (false: refused).
+  template <typename State, typename Advance>
+  static void search(const State& root, const std::vector<Entry>& sorted, std::span<uint64_t> allowed,
+                     Advance advance);
 
   std::vector<std::string> bytes_;  // [size] by id
   std::vector<Entry> all_;          // every non-empty token, sorted by bytes
   std::vector<Entry> not_plain_;    // the tokens that are not plain string bytes, sorted
+  std::vector<Entry> plain_sorted_; // the plain string tokens, sorted
   std::vector<uint64_t> plain_;     // [ceil(size / 64)] the plain string tokens
 };
 
@@ -75,7 +116,7 @@ class JsonTokenMatcher {
   JsonTokenMatcher(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const GrammarVocabulary> vocabulary,
                    std::vector<GrammarToken> extra = {})
       : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), extra_(std::move(extra)),
-        matcher_(*grammar_) {}
+        matcher_(*grammar_), pattern_masks_(std::make_shared<PatternMaskCache>()) {}
 
   // The vocabulary's tokens and the extra ones that fit; `allowed` as in GrammarVocabulary::allowed.
   void allowed(std::span<uint64_t> allowed) const;
@@ -89,6 +130,7 @@ class JsonTokenMatcher {
   std::shared_ptr<const GrammarVocabulary> vocabulary_;
   std::vector<GrammarToken> extra_;
   JsonMatcher matcher_;
+  std::shared_ptr<PatternMaskCache> pattern_masks_;
 };
 
 }  // namespace tessera::text

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 
 #include "core/error.h"
+#include "text/json_string_formats.h"
 
 namespace tessera::text {
 namespace {
@@ -25,7 +27,8 @@ const std::set<std::string> kAnnotations = {"title",      "description", "defaul
 const std::set<std::string> kCompiled = {"type",  "enum",     "const",    "anyOf",    "oneOf",
                                          "allOf", "$ref",     "properties", "required", "additionalProperties",
                                          "items", "minItems", "maxItems", "minLength", "maxLength",
-                                         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+                                         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                         "pattern", "format"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 bool has_bounds(const nlohmann::ordered_json& schema) {
@@ -103,8 +106,8 @@ class JsonGrammarBuilder::Compiler {
       if (!kAnnotations.contains(key) && !kCompiled.contains(key)) {
         fail(where, fmt::format("the keyword '{}' is not supported by structured output (supported: type, enum, "
                                 "const, anyOf, oneOf, allOf of one schema, $ref, properties, required, "
-                                "additionalProperties false, items, minItems, maxItems, minLength, maxLength, and an "
-                                "integer's minimum and maximum)",
+                                "additionalProperties false, items, minItems, maxItems, minLength, maxLength, "
+                                "pattern, format, and an integer's minimum and maximum)",
                                 key));
       }
     }
@@ -143,7 +146,9 @@ class JsonGrammarBuilder::Compiler {
       if (schema.contains("items") || schema.contains("minItems") || schema.contains("maxItems")) {
         return typed(schema, "array", where);
       }
-      if (schema.contains("minLength") || schema.contains("maxLength")) return typed(schema, "string", where);
+      for (const char* key : {"minLength", "maxLength", "pattern", "format"}) {
+        if (schema.contains(key)) return typed(schema, "string", where);
+      }
       if (has_bounds(schema)) fail(where, "bounds need \"type\": \"integer\" (a number's are not supported)");
       return JsonGrammar::kAnyValue;
     }
@@ -238,6 +243,7 @@ class JsonGrammarBuilder::Compiler {
       node.min_length = std::max<int64_t>(0, count(schema, "minLength", where));
       node.max_length = count(schema, "maxLength", where);
       if (node.max_length >= 0 && node.max_length < node.min_length) fail(where, "maxLength is below minLength");
+      node.pattern = string_pattern(schema, node.min_length, node.max_length, where);
       return add(std::move(node));
     }
     if (type == "number") {
@@ -252,6 +258,44 @@ class JsonGrammarBuilder::Compiler {
     fail(where + "/type", fmt::format("unknown type '{}'", type));
   }
 
+  // The automaton of a string's pattern or format with its length bounds, or -1 for neither.
+  int32_t string_pattern(const Json& schema, int64_t min_length, int64_t max_length, const std::string& where) {
+    const auto pattern = schema.find("pattern");
+    const auto format = schema.find("format");
+    if (pattern == schema.end() && format == schema.end()) return -1;
+    if (pattern != schema.end() && format != schema.end()) {
+      fail(where, "pattern and format together are not supported: give one");
+    }
+    const bool is_format = format != schema.end();
+    const std::string key = is_format ? "format" : "pattern";
+    const Json& value = is_format ? *format : *pattern;
+    if (!value.is_string()) fail(where + "/" + key, key + " must be a string");
+    std::string text = value.get<std::string>();
+    if (is_format) {
+      std::optional<std::string> format_pattern = json_string_format_pattern(text);
+      if (!format_pattern) {
+        fail(where + "/format",
+             fmt::format("format '{}' is not supported (supported: {})", text, json_string_format_names()));
+      }
+      text = std::move(*format_pattern);
+    }
+    try {
+      std::shared_ptr<const RegexAutomaton> automaton =
+          RegexAutomaton::compile(text, {RegexDialect::kEcmaScript, /*search=*/true, /*json_string=*/true});
+      if (min_length > 0 || max_length >= 0) automaton = automaton->with_length(min_length, max_length);
+      return add_pattern(std::move(automaton));
+    } catch (const Error& e) {
+      fail(where + "/" + key, e.message());
+    }
+  }
+
+ public:
+  int32_t add_pattern(std::shared_ptr<const RegexAutomaton> automaton) {
+    grammar_.patterns.push_back(std::move(automaton));
+    return static_cast<int32_t>(grammar_.patterns.size() - 1);
+  }
+
+ private:
   // An integer and its bounds, made inclusive (the tighter of minimum and
   // exclusiveMinimum, of maximum and exclusiveMaximum).
   int32_t integer(const Json& schema, const std::string& where) {
@@ -358,6 +402,13 @@ int32_t JsonGrammarBuilder::raw(std::string text) {
   GrammarNode node = node_of(Kind::kLiterals);
   node.literals = {std::move(text)};
   node.raw = true;
+  return compiler_->add(std::move(node));
+}
+
+int32_t JsonGrammarBuilder::regex(std::string_view pattern) {
+  GrammarNode node = node_of(Kind::kRegex);
+  node.raw = true;
+  node.pattern = compiler_->add_pattern(RegexAutomaton::compile(pattern, {RegexDialect::kPython, false, false}));
   return compiler_->add(std::move(node));
 }
 

@@ -14,13 +14,16 @@
 //   properties are written); an object with no properties and no
 //   additionalProperties false takes any keys and values;
 //   arrays: items, minItems, maxItems; strings: minLength, maxLength (code
-//   points; an escape counts as one); integers: minimum, maximum,
-//   exclusiveMinimum, exclusiveMaximum (within ±9e15; a number's bounds are
-//   refused). A schema without type takes it from
-//   these keywords (an object's, an array's or a string's), else any value.
+//   points; an escape counts as one), pattern (an ECMAScript regular
+//   expression, matched anywhere unless ^ / $ anchor it; regex_syntax.h says
+//   what is taken), format (json_string_formats.h: date, time, date-time,
+//   uuid, ipv4, email; one of pattern and format); integers: minimum,
+//   maximum, exclusiveMinimum, exclusiveMaximum (within ±9e15; a number's
+//   bounds are refused). A schema without type takes it from these keywords
+//   (an object's, an array's or a string's), else any value.
 //   Annotations (title, description, default, examples, $schema, $id,
 //   $comment, deprecated, readOnly, writeOnly, strict) are ignored.
-// Anything else (pattern, format, minimum, ...) is refused with
+// Anything else (a number's minimum, uniqueItems, ...) is refused with
 // Error(kInvalidArgument) naming the keyword and where it is, rather than
 // quietly not enforced.
 #pragma once
@@ -28,10 +31,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "text/regex_automaton.h"
 
 namespace tessera::text {
 
@@ -46,6 +52,7 @@ struct GrammarNode {
     kLiterals,  // one of `literals` (JSON texts): enum, const, true/false, null; or raw text
     kAnyOf,     // a value of one of `options`
     kSequence,  // the values of `options`, one after another (markup around a JSON value)
+    kRegex,     // raw text that `pattern` matches (guided_regex)
   };
   struct Property {
     std::string key;  // the name as JSON text after its opening quote, closing quote included
@@ -58,6 +65,9 @@ struct GrammarNode {
   int32_t items = -1;                // kArray
   int64_t min_items = 0, max_items = -1;    // kArray; -1: no bound
   int64_t min_length = 0, max_length = -1;  // kString; -1: no bound
+  // kString: what its characters (escapes decoded) must match, lengths
+  // included; kRegex: the text's. An index into JsonGrammar::patterns, or -1.
+  int32_t pattern = -1;
   bool has_minimum = false, has_maximum = false;  // kInteger: inclusive bounds
   int64_t minimum = 0, maximum = 0;
   std::vector<std::string> literals;        // kLiterals, at most kMaxAlternatives
@@ -73,6 +83,7 @@ struct JsonGrammar {
   static constexpr int32_t kAnyValue = 0, kAnyObject = 1, kAnyArray = 2, kBoolean = 3, kNull = 4, kAnyString = 5;
 
   std::vector<GrammarNode> nodes;
+  std::vector<std::shared_ptr<const RegexAutomaton>> patterns;
   int32_t root = kAnyValue;
 };
 
@@ -98,6 +109,9 @@ class JsonGrammarBuilder {
   // ("response_format's schema at '#/...': ...").
   int32_t schema(const nlohmann::ordered_json& document, const std::string& label);
   int32_t raw(std::string text);                   // exactly these bytes
+  // Text that `pattern` (Python's syntax) matches whole: vLLM's guided_regex.
+  // Throws Error(kInvalidArgument) as RegexAutomaton::compile does.
+  int32_t regex(std::string_view pattern);
   int32_t sequence(std::vector<int32_t> parts);    // one after another
   int32_t any_of(std::vector<int32_t> options);
   // An object of exactly these properties, in this order, all required.

@@ -1,5 +1,6 @@
 #include "text/json_matcher.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -101,6 +102,21 @@ bool integer_may_end_in_range(const GrammarNode& n, bool negative, int digits, b
     to = to * 10 + 9;
   }
   return false;
+}
+
+// The byte a short escape's letter stands for (\" \\ \/ \b \f \n \r \t), or 0.
+uint8_t short_escape(uint8_t c) {
+  switch (c) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case '/': return '/';
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    default: return 0;
+  }
 }
 
 // A UTF-8 lead byte: how many continuation bytes follow and the first one's range.
@@ -245,8 +261,24 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
           case Kind::kSequence:
             f = frame(FrameKind::kSequence, f.node);
             continue;
+          case Kind::kRegex:
+            f = frame(FrameKind::kRegex, f.node);
+            f.b = grammar_->patterns[static_cast<size_t>(n.pattern)]->start();
+            continue;
         }
         return;
+      }
+      case FrameKind::kRegex: {
+        const RegexAutomaton& automaton = pattern_of(f);
+        const int32_t next = automaton.next(f.b, c);
+        if (next != RegexAutomaton::kDead) {
+          f.b = next;
+          if (!automaton.extendable(next)) s.pop_back();  // a whole match that nothing extends
+          return take();
+        }
+        if (!automaton.accepting(f.b)) return;
+        s.pop_back();  // the byte belongs to what follows the match
+        continue;
       }
       case FrameKind::kSequence: {
         // The next part takes the byte; the last part replaces the sequence,
@@ -359,6 +391,10 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
       }
       case FrameKind::kString: {
         const GrammarNode& n = nodes[f.node];
+        if (n.pattern >= 0) {
+          if (feed_pattern_string(s, c)) take();
+          return;
+        }
         switch (f.state) {
           case kUtf8:
             if (c < f.low || c > f.high) return;
@@ -472,6 +508,40 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
   }
 }
 
+bool JsonMatcher::feed_pattern_string(Stack& s, uint8_t c) const {
+  Frame& f = s.back();
+  const RegexAutomaton& automaton = pattern_of(f);
+  if (f.state == kEscape) {
+    const uint8_t decoded = short_escape(c);
+    if (decoded == 0) return false;
+    const int32_t next = automaton.next(f.b, decoded);
+    if (next == RegexAutomaton::kDead) return false;
+    f.b = next;
+    f.state = kChars;
+    return true;
+  }
+  if (c == '"') {
+    if (!automaton.accepting(f.b)) return false;
+    s.pop_back();
+    return true;
+  }
+  if (c < 0x20) return false;
+  if (c == '\\') {
+    // Only when some escaped byte goes on to a match.
+    for (const char* e = "\"\\/bfnrt"; *e != 0; ++e) {
+      if (automaton.next(f.b, short_escape(static_cast<uint8_t>(*e))) != RegexAutomaton::kDead) {
+        f.state = kEscape;
+        return true;
+      }
+    }
+    return false;
+  }
+  const int32_t next = automaton.next(f.b, c);
+  if (next == RegexAutomaton::kDead) return false;
+  f.b = next;
+  return true;
+}
+
 bool JsonMatcher::bounded(const Frame& f) const {
   const GrammarNode& n = grammar_->nodes[f.node];
   return n.kind == Kind::kInteger && (n.has_minimum || n.has_maximum);
@@ -488,6 +558,11 @@ bool JsonMatcher::ends_complete(std::vector<Frame>::const_iterator begin,
   for (auto it = end; it != begin; --it) {
     const Frame& f = *(it - 1);
     if (f.kind == FrameKind::kNumber && number_whole(f)) continue;
+    if (f.kind == FrameKind::kRegex && pattern_of(f).accepting(f.b)) continue;
+    if (f.kind == FrameKind::kValue && grammar_->nodes[f.node].kind == Kind::kRegex) {
+      const RegexAutomaton& automaton = pattern_of(f);
+      if (automaton.accepting(automaton.start())) continue;  // a pattern that the empty text matches
+    }
     if (f.kind == FrameKind::kLiterals) {
       bool complete = false;
       const auto& literals = grammar_->nodes[f.node].literals;
@@ -523,7 +598,29 @@ bool JsonMatcher::in_plain_string() const {
     if (end == begin) return false;
     const Frame& top = frames_[end - 1];
     if (top.kind != FrameKind::kString || top.state != kChars) return false;
-    if (grammar_->nodes[top.node].max_length >= 0) return false;
+    if (grammar_->nodes[top.node].max_length >= 0 || grammar_->nodes[top.node].pattern >= 0) return false;
+    begin = end;
+  }
+  return !ends_.empty();
+}
+
+bool JsonMatcher::in_string(bool& any_plain, std::vector<PatternState>& patterns) const {
+  any_plain = false;
+  patterns.clear();
+  uint32_t begin = 0;
+  for (uint32_t end : ends_) {
+    if (end == begin) return false;
+    const Frame& top = frames_[end - 1];
+    if (top.kind != FrameKind::kString || top.state != kChars) return false;
+    const GrammarNode& n = grammar_->nodes[top.node];
+    if (n.pattern >= 0) {
+      const PatternState p{&pattern_of(top), top.b};
+      if (std::find(patterns.begin(), patterns.end(), p) == patterns.end()) patterns.push_back(p);
+    } else if (n.max_length < 0) {
+      any_plain = true;
+    } else {
+      return false;
+    }
     begin = end;
   }
   return !ends_.empty();

@@ -49,8 +49,19 @@ class JsonMatcher {
   // byte, whole UTF-8 characters) may come next, and changes nothing that
   // matters for the next token's choice but the bytes themselves.
   bool in_plain_string() const;
+  // Where a string's pattern decides: every alternative is inside a string
+  // between two characters, either with no length bound (`any_plain` set:
+  // every plain token fits) or with a pattern, whose automaton and state are
+  // appended to `patterns` (a plain token fits when one of them takes its
+  // bytes). False, with the outputs unspecified, otherwise.
+  struct PatternState {
+    const RegexAutomaton* automaton;
+    int32_t state;
+    bool operator==(const PatternState&) const = default;
+  };
+  bool in_string(bool& any_plain, std::vector<PatternState>& patterns) const;
 
-  enum class FrameKind : uint8_t { kValue, kObject, kKey, kArray, kString, kNumber, kLiterals, kSequence };
+  enum class FrameKind : uint8_t { kValue, kObject, kKey, kArray, kString, kNumber, kLiterals, kSequence, kRegex };
   struct Frame {
     FrameKind kind = FrameKind::kValue;
     uint8_t state = 0;
@@ -62,7 +73,8 @@ class JsonMatcher {
     // digits; key, literals: bytes matched; sequence: the next part.
     int32_t a = 0;
     // object: the current key's value node; number: 1 for an integer;
-    // string: the value of a \u escape being read.
+    // string: the value of a \u escape being read, or with a pattern the
+    // pattern's automaton state; regex: the automaton state.
     int32_t b = 0;
     uint64_t alive = 0;      // key, literals: the alternatives still matching; bounded integer: its magnitude
     bool operator==(const Frame&) const = default;
@@ -79,6 +91,14 @@ class JsonMatcher {
   // A property window of object frame `f`: bits of the properties that may come next.
   uint64_t key_window(const Frame& f) const;
   bool may_close_object(const Frame& f) const;
+  // A string frame with a pattern: takes `c` (true) or not. Only the short
+  // escapes are written there (\uXXXX is not): each stands for one byte the
+  // automaton steps on.
+  bool feed_pattern_string(Stack& s, uint8_t c) const;
+  // The automaton of a string or regex frame's node.
+  const RegexAutomaton& pattern_of(const Frame& f) const {
+    return *grammar_->patterns[static_cast<size_t>(grammar_->nodes[f.node].pattern)];
+  }
   // An integer frame with bounds; a number frame that may end here (for a
   // bounded integer: its value within the bounds).
   bool bounded(const Frame& f) const;

@@ -280,7 +280,11 @@ class RegexAutomatonBuilder {
         table_.push_back(to);
       }
     }
-    return pruned();
+    std::vector<uint8_t> accepting;
+    for (const std::vector<int32_t>& set : sets_) {
+      accepting.push_back(std::binary_search(set.begin(), set.end(), accept_) ? 1 : 0);
+    }
+    return RegexAutomaton::pruned(class_of_, classes_, table_, accepting);
   }
 
  private:
@@ -333,52 +337,6 @@ class RegexAutomatonBuilder {
     return it->second;
   }
 
-  // Drops the states from which no match can be reached; state 0 stays the start.
-  std::shared_ptr<const RegexAutomaton> pruned() const {
-    const size_t n = sets_.size();
-    std::vector<std::vector<int32_t>> into(n);
-    std::vector<uint8_t> live(n, 0);
-    std::vector<int32_t> queue;
-    for (size_t d = 0; d < n; ++d) {
-      for (size_t k = 0; k < classes_; ++k) {
-        const int32_t to = table_[d * classes_ + k];
-        if (to >= 0) into[static_cast<size_t>(to)].push_back(static_cast<int32_t>(d));
-      }
-      if (std::binary_search(sets_[d].begin(), sets_[d].end(), accept_)) {
-        live[d] = 1;
-        queue.push_back(static_cast<int32_t>(d));
-      }
-    }
-    while (!queue.empty()) {
-      const int32_t d = queue.back();
-      queue.pop_back();
-      for (int32_t from : into[static_cast<size_t>(d)]) {
-        if (!live[static_cast<size_t>(from)]) {
-          live[static_cast<size_t>(from)] = 1;
-          queue.push_back(from);
-        }
-      }
-    }
-    if (!live[0]) throw Error(ErrorKind::kInvalidArgument, "no string matches the pattern");
-    std::vector<int32_t> renumbered(n, RegexAutomaton::kDead);
-    int32_t count = 0;
-    for (size_t d = 0; d < n; ++d) {
-      if (live[d]) renumbered[d] = count++;
-    }
-    std::shared_ptr<RegexAutomaton> out(new RegexAutomaton());
-    out->class_of_ = class_of_;
-    out->classes_ = classes_;
-    for (size_t d = 0; d < n; ++d) {
-      if (!live[d]) continue;
-      for (size_t k = 0; k < classes_; ++k) {
-        const int32_t to = table_[d * classes_ + k];
-        out->table_.push_back(to >= 0 ? renumbered[static_cast<size_t>(to)] : RegexAutomaton::kDead);
-      }
-      out->accepting_.push_back(std::binary_search(sets_[d].begin(), sets_[d].end(), accept_) ? 1 : 0);
-    }
-    return out;
-  }
-
   const Nfa& nfa_;
   int32_t accept_;
   std::vector<uint32_t> mark_;
@@ -390,6 +348,103 @@ class RegexAutomatonBuilder {
   std::vector<std::vector<int32_t>> sets_;  // [states] the NFA states each stands for
   std::vector<int32_t> table_;              // [states][classes]
 };
+
+std::shared_ptr<const RegexAutomaton> RegexAutomaton::pruned(const std::array<uint8_t, 256>& class_of,
+                                                             size_t classes, const std::vector<int32_t>& table,
+                                                             const std::vector<uint8_t>& accepting) {
+  const size_t n = accepting.size();
+  std::vector<std::vector<int32_t>> into(n);
+  std::vector<uint8_t> live(n, 0);
+  std::vector<int32_t> queue;
+  for (size_t d = 0; d < n; ++d) {
+    for (size_t k = 0; k < classes; ++k) {
+      const int32_t to = table[d * classes + k];
+      if (to >= 0) into[static_cast<size_t>(to)].push_back(static_cast<int32_t>(d));
+    }
+    if (accepting[d]) {
+      live[d] = 1;
+      queue.push_back(static_cast<int32_t>(d));
+    }
+  }
+  while (!queue.empty()) {
+    const int32_t d = queue.back();
+    queue.pop_back();
+    for (int32_t from : into[static_cast<size_t>(d)]) {
+      if (!live[static_cast<size_t>(from)]) {
+        live[static_cast<size_t>(from)] = 1;
+        queue.push_back(from);
+      }
+    }
+  }
+  if (n == 0 || !live[0]) throw Error(ErrorKind::kInvalidArgument, "no string matches the pattern");
+  std::vector<int32_t> renumbered(n, kDead);
+  int32_t count = 0;
+  for (size_t d = 0; d < n; ++d) {
+    if (live[d]) renumbered[d] = count++;
+  }
+  std::shared_ptr<RegexAutomaton> out(new RegexAutomaton());
+  out->class_of_ = class_of;
+  out->classes_ = classes;
+  for (size_t d = 0; d < n; ++d) {
+    if (!live[d]) continue;
+    bool extendable = false;
+    for (size_t k = 0; k < classes; ++k) {
+      const int32_t to = table[d * classes + k];
+      out->table_.push_back(to >= 0 ? renumbered[static_cast<size_t>(to)] : kDead);
+      extendable |= out->table_.back() != kDead;
+    }
+    out->accepting_.push_back(accepting[d]);
+    out->extendable_.push_back(extendable ? 1 : 0);
+  }
+  return out;
+}
+
+std::shared_ptr<const RegexAutomaton> RegexAutomaton::with_length(int64_t min_length, int64_t max_length) const {
+  // States (state, code points so far), the count kept up to max_length, or
+  // up to min_length (then saturated) without a maximum.
+  const int64_t cap = max_length >= 0 ? max_length : min_length;
+  std::array<uint8_t, 256> continuation{};  // per class: its bytes continue a character
+  for (int b = 0x80; b < 0xC0; ++b) continuation[class_of_[static_cast<size_t>(b)]] = 1;
+  std::map<std::pair<int32_t, int64_t>, int32_t> ids;
+  std::vector<std::pair<int32_t, int64_t>> pairs;
+  const auto id_of = [&](int32_t state, int64_t count) {
+    const auto [it, added] = ids.try_emplace({state, count}, static_cast<int32_t>(pairs.size()));
+    if (added) {
+      if (pairs.size() >= kMaxStates) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("the pattern with its length bounds is too complex to enforce (its automaton "
+                                "passes {} states)",
+                                kMaxStates));
+      }
+      pairs.emplace_back(state, count);
+    }
+    return it->second;
+  };
+  id_of(start(), 0);
+  std::vector<int32_t> table;
+  std::vector<uint8_t> accepting;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto [state, count] = pairs[i];
+    accepting.push_back(this->accepting(state) && count >= min_length ? 1 : 0);
+    for (size_t k = 0; k < classes_; ++k) {
+      const int32_t to = table_[static_cast<size_t>(state) * classes_ + k];
+      const int64_t next_count = continuation[k] ? count : count + 1;
+      if (to == kDead || (max_length >= 0 && next_count > max_length)) {
+        table.push_back(kDead);
+        continue;
+      }
+      table.push_back(id_of(to, std::min(next_count, cap)));
+    }
+  }
+  try {
+    return pruned(class_of_, classes_, table, accepting);
+  } catch (const Error&) {
+    throw Error(ErrorKind::kInvalidArgument,
+                max_length >= 0
+                    ? fmt::format("no string of {} to {} characters matches the pattern", min_length, max_length)
+                    : fmt::format("no string of at least {} characters matches the pattern", min_length));
+  }
+}
 
 std::shared_ptr<const RegexAutomaton> RegexAutomaton::compile(std::string_view pattern,
                                                               const RegexOptions& options) {

@@ -54,17 +54,30 @@ class RegexAutomaton {
   }
   // The text so far matches.
   bool accepting(int32_t state) const { return accepting_[static_cast<size_t>(state)] != 0; }
+  // Some byte may follow.
+  bool extendable(int32_t state) const { return extendable_[static_cast<size_t>(state)] != 0; }
+  // This automaton with matches of `min_length` to `max_length` (-1: no
+  // bound) code points only: JSON Schema's minLength and maxLength beside a
+  // pattern. Throws Error(kInvalidArgument) when no match has such a length
+  // or the product passes kMaxStates.
+  std::shared_ptr<const RegexAutomaton> with_length(int64_t min_length, int64_t max_length) const;
   size_t states() const { return accepting_.size(); }
   size_t byte_classes() const { return classes_; }
 
  private:
   RegexAutomaton() = default;
   friend class RegexAutomatonBuilder;
+  // The automaton of `table` ([states][classes]) and `accepting` without the
+  // states that reach no match (state 0, the start, must reach one).
+  static std::shared_ptr<const RegexAutomaton> pruned(const std::array<uint8_t, 256>& class_of, size_t classes,
+                                                      const std::vector<int32_t>& table,
+                                                      const std::vector<uint8_t>& accepting);
 
   std::array<uint8_t, 256> class_of_{};
   size_t classes_ = 1;
   std::vector<int32_t> table_;      // [states][classes] the next state, kDead
   std::vector<uint8_t> accepting_;  // [states]
+  std::vector<uint8_t> extendable_; // [states]
 };
 
 }  // namespace tessera::text

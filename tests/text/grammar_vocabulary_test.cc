@@ -88,7 +88,7 @@ TEST(GrammarVocabulary, FindsTheTokensTheMatcherTakes) {
     // Every state along the documents for the demo; for the large
     // vocabularies a sample, with more of the states inside strings.
     const size_t stride = v.size() > 1000 ? 9 : 1;
-    int states = 0, plain_states = 0;
+    int states = 0, plain_states = 0, pattern_states = 0;
     for (const Json& schema_case : fixture["cases"]) {
       const JsonGrammar grammar =
           schema_case["schema"].is_null() ? any_json_object() : compile_json_schema(schema_case["schema"]);
@@ -98,10 +98,17 @@ TEST(GrammarVocabulary, FindsTheTokensTheMatcherTakes) {
         text += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
       }
       JsonMatcher matcher(grammar);
+      PatternMaskCache cache;
       for (size_t at = 0; at <= text.size(); ++at) {
         if (at % stride == 0 || at == text.size() || matcher.in_plain_string()) {
           std::vector<uint64_t> fast((static_cast<size_t>(v.size()) + 63) / 64, 0);
           v.allowed(matcher, fast);
+          // A pattern state's mask from the cache, the second time, is the same.
+          for (int pass = 0; pass < 2; ++pass) {
+            std::vector<uint64_t> cached(fast.size(), 0);
+            v.allowed(matcher, cached, &cache);
+            EXPECT_EQ(cached, fast) << schema_case["name"] << " after " << at << " bytes, pass " << pass;
+          }
           int mismatches = 0;
           for (int32_t id = 0; id < v.size(); ++id) {
             JsonMatcher one = matcher;
@@ -114,6 +121,9 @@ TEST(GrammarVocabulary, FindsTheTokensTheMatcherTakes) {
           }
           ++states;
           plain_states += matcher.in_plain_string() ? 1 : 0;
+          bool any_plain = false;
+          std::vector<JsonMatcher::PatternState> patterns;
+          pattern_states += matcher.in_string(any_plain, patterns) && !patterns.empty() ? 1 : 0;
         }
         if (at < text.size()) {
           ASSERT_TRUE(matcher.advance(static_cast<uint8_t>(text[at])));
@@ -122,6 +132,7 @@ TEST(GrammarVocabulary, FindsTheTokensTheMatcherTakes) {
     }
     EXPECT_GT(states, 60);
     EXPECT_GT(plain_states, 5);  // the plain-string mask was among what is compared
+    EXPECT_GT(pattern_states, 5);  // and the patterns' automata
   }
 }
 

@@ -189,9 +189,12 @@ void expect_refused(const std::string& schema, const std::string& words) {
 }
 
 TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
-  expect_refused(R"({"type": "string", "pattern": "^a"})", "'#': the keyword 'pattern' is not supported");
-  expect_refused(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})",
-                 "'#/properties/d': the keyword 'format'");
+  expect_refused(R"({"type": "string", "pattern": "(a)\\1"})", "'#/pattern': backreferences are not supported");
+  expect_refused(R"({"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}})",
+                 "'#/properties/d/format': format 'hostname' is not supported (supported: date, time");
+  expect_refused(R"({"type": "string", "pattern": "^ab$", "minLength": 3})", "no string of at least 3");
+  expect_refused(R"({"pattern": "a", "format": "date"})", "pattern and format together");
+  expect_refused(R"({"type": "array", "uniqueItems": true})", "'uniqueItems'");
   expect_refused(R"({"type": "number", "minimum": 0})", "supported for integers only");
   expect_refused(R"({"minimum": 0})", "bounds need");
   expect_refused(R"({"type": "integer", "multipleOf": 2})", "'multipleOf'");

@@ -154,5 +154,21 @@ TEST(RegexAutomaton, StaysSmallForLongRepetitions) {
   EXPECT_FALSE(matches(*automaton, std::string(1001, 'q')));
 }
 
+TEST(RegexAutomaton, LengthBoundsCountCharactersNotBytes) {
+  // 2 to 3 characters of a, é (two bytes) or 😀 (four).
+  const auto base = RegexAutomaton::compile(R"(^[a\u00e9\ud83d\ude00]*$)", {RegexDialect::kEcmaScript, true, true});
+  const auto bounded = base->with_length(2, 3);
+  EXPECT_FALSE(matches(*bounded, "a"));
+  EXPECT_TRUE(matches(*bounded, "a\xC3\xA9"));
+  EXPECT_TRUE(matches(*bounded, "\xF0\x9F\x98\x80\xF0\x9F\x98\x80\xC3\xA9"));
+  EXPECT_FALSE(matches(*bounded, "aaaa"));
+  EXPECT_EQ(run(*bounded, "aaaa"), RegexAutomaton::kDead);  // refused at the fourth, not at the end
+  const auto at_least = base->with_length(3, -1);
+  EXPECT_FALSE(matches(*at_least, "aa"));
+  EXPECT_TRUE(matches(*at_least, std::string(50, 'a')));
+  // `ab` has no match of 3 or more characters.
+  EXPECT_THROW(RegexAutomaton::compile("^ab$", {RegexDialect::kEcmaScript, true, true})->with_length(3, -1), Error);
+}
+
 }  // namespace
 }  // namespace tessera::text

@@ -1,0 +1,29 @@
+// JSON Schema's `format` for strings, as the ECMAScript regular expressions
+// structured output writes them by (regex_automaton.h). Each admits a subset
+// of what its RFC allows, the forms every reader takes:
+//   date       RFC 3339 full-date, YYYY-MM-DD: days per month, February 29th
+//              in leap years only, years 0001 to 9999;
+//   time       RFC 3339 full-time, HH:MM:SS with 1-9 fraction digits and
+//              Z or ±HH:MM (no leap second);
+//   date-time  date, "T", time;
+//   uuid       RFC 4122's 8-4-4-4-12 hex digits;
+//   ipv4       four decimal bytes without leading zeros;
+//   email      a dot-atom local part, "@", dot-separated host labels of
+//              letters, digits and inner hyphens ending in a letters-only
+//              top label (no quoted local parts, no address literals).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tessera::text {
+
+// The pattern (anchored at both ends) of `format`, or nullopt for a format
+// not listed above.
+std::optional<std::string> json_string_format_pattern(std::string_view format);
+
+// The names above, for error messages: "date, time, ...".
+std::string json_string_format_names();
+
+}  // namespace tessera::text

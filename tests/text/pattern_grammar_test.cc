@@ -1,0 +1,164 @@
+// Patterns inside structured output: a string's pattern or format and
+// guided_regex's whole text, byte by byte through JsonMatcher, and token by
+// token through a real vocabulary, where no sequence of allowed tokens may
+// reach a state with nothing allowed and no way to end.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "real_tokenizers.h"
+#include "text/demo_tokenizer.h"
+#include "text/grammar_vocabulary.h"
+#include "text/json_grammar.h"
+#include "text/json_matcher.h"
+
+namespace tessera::text {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+JsonGrammar schema(const char* text) { return compile_json_schema(Json::parse(text)); }
+
+JsonGrammar guided_regex(const char* pattern) {
+  JsonGrammarBuilder builder;
+  const int32_t root = builder.regex(pattern);
+  return builder.finish(root);
+}
+
+bool takes(JsonMatcher& m, std::string_view bytes) { return m.advance(bytes); }
+
+TEST(PatternGrammar, AStringHoldsToItsPatternEscapesDecoded) {
+  const JsonGrammar word = schema(R"({"type": "string", "pattern": "^[a-z]+$"})");
+  JsonMatcher m(word);
+  ASSERT_TRUE(m.advance('"'));
+  EXPECT_FALSE(JsonMatcher(m).advance('"'));   // the empty string does not match
+  EXPECT_FALSE(JsonMatcher(m).advance('\\'));  // no escaped character does either
+  EXPECT_FALSE(JsonMatcher(m).advance('A'));
+  ASSERT_TRUE(takes(m, "ab"));
+  ASSERT_TRUE(m.advance('"'));
+  EXPECT_TRUE(m.done());
+
+  // A newline in the pattern is written as \n; raw it is a control byte, and
+  // \u escapes are not written under a pattern.
+  const JsonGrammar lines = schema(R"({"pattern": "^a\nb$"})");
+  JsonMatcher l(lines);
+  EXPECT_TRUE(JsonMatcher(l).advance(std::string_view("\"a\\nb\"")));
+  EXPECT_FALSE(JsonMatcher(l).advance(std::string_view("\"a\nb\"")));
+  EXPECT_FALSE(JsonMatcher(l).advance(std::string_view("\"a\\u000a")));
+  // Quotes and backslashes in the pattern come from their escapes.
+  const JsonGrammar quoted = schema(R"({"pattern": "^\"\\\\$"})");
+  EXPECT_TRUE(JsonMatcher(quoted).advance(std::string_view(R"("\"\\")")));
+}
+
+TEST(PatternGrammar, AnUnanchoredPatternMatchesAnywhere) {
+  const JsonGrammar g = schema(R"({"type": "string", "pattern": "ab"})");
+  JsonMatcher m(g);
+  ASSERT_TRUE(takes(m, "\"xx"));
+  EXPECT_FALSE(JsonMatcher(m).advance('"'));  // no "ab" yet
+  ASSERT_TRUE(takes(m, "abyy\""));
+  EXPECT_TRUE(m.done());
+}
+
+TEST(PatternGrammar, FormatsRefuseImpossibleValuesAtTheirFirstWrongCharacter) {
+  const JsonGrammar date = schema(R"({"type": "string", "format": "date"})");
+  JsonMatcher m(date);
+  ASSERT_TRUE(takes(m, "\"2023-02-2"));
+  EXPECT_FALSE(JsonMatcher(m).advance('9'));  // 2023 is not a leap year
+  EXPECT_TRUE(JsonMatcher(date).advance(std::string_view("\"2024-02-29\"")));
+  EXPECT_FALSE(JsonMatcher(date).advance(std::string_view("\"2024-13")));
+  const JsonGrammar ip = schema(R"({"format": "ipv4"})");
+  EXPECT_TRUE(JsonMatcher(ip).advance(std::string_view("\"10.0.255.1\"")));
+  EXPECT_FALSE(JsonMatcher(ip).advance(std::string_view("\"10.0.256")));
+}
+
+TEST(PatternGrammar, LengthBoundsApplyBesideAPattern) {
+  const JsonGrammar g = schema(R"({"type": "string", "pattern": "^[a-z]*$", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(JsonMatcher(g).advance(std::string_view("\"a\"")));
+  EXPECT_TRUE(JsonMatcher(g).advance(std::string_view("\"abc\"")));
+  EXPECT_FALSE(JsonMatcher(g).advance(std::string_view("\"abcd")));
+}
+
+TEST(PatternGrammar, GuidedRegexIsTheWholeText) {
+  const JsonGrammar choice = guided_regex("(yes|no)");
+  JsonMatcher m(choice);
+  EXPECT_FALSE(m.can_end());
+  EXPECT_FALSE(JsonMatcher(m).advance(' '));  // no whitespace before raw text
+  ASSERT_TRUE(takes(m, "ye"));
+  EXPECT_FALSE(m.can_end());
+  ASSERT_TRUE(m.advance('s'));
+  EXPECT_TRUE(m.done());  // nothing extends "yes": the output ends there
+
+  const JsonGrammar number = guided_regex(R"(\d+(\.\d+)?)");
+  JsonMatcher n(number);
+  ASSERT_TRUE(takes(n, "12"));
+  EXPECT_TRUE(n.can_end());
+  EXPECT_FALSE(n.done());
+  ASSERT_TRUE(n.advance('.'));
+  EXPECT_FALSE(n.can_end());
+  EXPECT_FALSE(JsonMatcher(n).advance('x'));
+
+  EXPECT_TRUE(JsonMatcher(guided_regex("a*")).can_end());  // the empty text matches
+}
+
+// Random walks over allowed tokens: at every state some token is allowed or
+// the text may end.
+TEST(PatternGrammar, AllowedTokensNeverLeadIntoADeadEnd) {
+  std::vector<std::pair<std::string, std::shared_ptr<GrammarVocabulary>>> vocabularies;
+  const auto demo_dir = testing::real_tokenizer_root() / "pattern_demo";
+  write_demo_tokenizer(demo_dir);
+  vocabularies.emplace_back("demo", std::make_shared<GrammarVocabulary>(*load_tokenizer(demo_dir)));
+  if (const auto dir = testing::qwen2_dir()) {
+    vocabularies.emplace_back("qwen2", std::make_shared<GrammarVocabulary>(*load_tokenizer(*dir)));
+  }
+  std::vector<std::shared_ptr<const JsonGrammar>> grammars;
+  for (const char* text :
+       {R"({"type": "object", "properties": {"when": {"format": "date-time"}, "mail": {"format": "email"},
+            "code": {"pattern": "^[A-Z]{2}-\\d{3}$"}, "q": {"pattern": "^[\"\\\\a]{2,4}$"}},
+            "required": ["when", "mail", "code", "q"]})",
+        R"({"type": "array", "items": {"type": "string", "pattern": "x\\s*y", "maxLength": 6}, "maxItems": 3})",
+        R"({"type": "string", "pattern": "^[\\u0400-\\u04FF ]{3,8}$"})"}) {
+    grammars.push_back(std::make_shared<const JsonGrammar>(schema(text)));
+  }
+  for (const char* pattern : {R"(Answer: (A|B|C|D))", R"([a-z]+@[a-z]+\.(com|org))", R"(\d{1,3}(,\d{3})*)"}) {
+    grammars.push_back(std::make_shared<const JsonGrammar>(guided_regex(pattern)));
+  }
+  std::mt19937 rng(11);
+  for (const auto& [name, vocabulary] : vocabularies) {
+    SCOPED_TRACE(name);
+    int ended = 0;
+    for (size_t g = 0; g < grammars.size(); ++g) {
+      for (int walk = 0; walk < 12; ++walk) {
+        JsonTokenMatcher m(grammars[g], vocabulary);
+        std::string text;
+        for (int step = 0; step < 80 && !m.done(); ++step) {
+          std::vector<uint64_t> bits((static_cast<size_t>(vocabulary->size()) + 63) / 64, 0);
+          m.allowed(bits);
+          std::vector<int32_t> allowed;
+          for (int32_t id = 0; id < vocabulary->size(); ++id) {
+            if (bits[id / 64] >> (id % 64) & 1) allowed.push_back(id);
+          }
+          if (allowed.empty()) {
+            ASSERT_TRUE(m.can_end()) << "grammar " << g << ": nothing allowed after '" << text << "'";
+            break;
+          }
+          if (m.can_end() && rng() % 4 == 0) break;
+          // Short tokens more often, so that walks reach the values' ends.
+          int32_t id = allowed[rng() % allowed.size()];
+          for (int tries = 0; tries < 3 && vocabulary->bytes(id).size() > 2; ++tries) {
+            id = allowed[rng() % allowed.size()];
+          }
+          ASSERT_TRUE(m.accept(id)) << "an allowed token was refused";
+          text += vocabulary->bytes(id);
+        }
+        ended += m.can_end() ? 1 : 0;
+      }
+    }
+    EXPECT_GT(ended, 10);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::text
