@@ -186,24 +186,35 @@ std::shared_ptr<const text::JsonGrammar> parse_response_format(const Json& forma
   }
 }
 
-// vLLM's guided decoding fields: guided_json (a JSON Schema, or its text) and
-// guided_choice (the output is exactly one of these strings); null when
-// neither is given. guided_regex and guided_grammar are refused.
+// vLLM's guided decoding fields: guided_json (a JSON Schema, or its text),
+// guided_regex (the output matches this regular expression, Python's syntax,
+// whole) and guided_choice (the output is exactly one of these strings);
+// null when none is given. guided_grammar is refused.
 std::shared_ptr<const text::JsonGrammar> parse_guided_decoding(const Fields& f) {
-  for (const char* field : {"guided_regex", "guided_grammar"}) {
-    if (const Json* v = f.find(field); v && !v->is_null()) {
-      throw bad_request(fmt::format("'{}' is not supported: give 'guided_json', 'guided_choice' or a "
-                                    "'response_format' with a JSON Schema",
-                                    field),
-                        field, "unsupported_value");
-    }
+  if (const Json* v = f.find("guided_grammar"); v && !v->is_null()) {
+    throw bad_request("'guided_grammar' is not supported: give 'guided_json', 'guided_regex', 'guided_choice' or a "
+                      "'response_format' with a JSON Schema",
+                      "guided_grammar", "unsupported_value");
   }
   const Json* schema = f.find("guided_json");
   const Json* choice = f.find("guided_choice");
-  if (schema && !schema->is_null() && choice && !choice->is_null()) {
-    throw bad_request("give one of 'guided_json' and 'guided_choice'", "guided_choice", "invalid_value");
+  const Json* regex = f.find("guided_regex");
+  const auto given = [](const Json* v) { return v != nullptr && !v->is_null(); };
+  if (given(schema) + given(choice) + given(regex) > 1) {
+    throw bad_request("give one of 'guided_json', 'guided_regex' and 'guided_choice'", "guided_choice",
+                      "invalid_value");
   }
-  if (schema && !schema->is_null()) {
+  if (given(regex)) {
+    if (!regex->is_string()) throw Fields::wrong_type("guided_regex", "a string", *regex);
+    try {
+      text::JsonGrammarBuilder builder;
+      const int32_t root = builder.regex(regex->get<std::string>());
+      return std::make_shared<const text::JsonGrammar>(builder.finish(root));
+    } catch (const Error& e) {
+      throw bad_request("guided_regex: " + e.message(), "guided_regex", "unsupported_value");
+    }
+  }
+  if (given(schema)) {
     Json document = *schema;
     if (schema->is_string()) {
       document = Json::parse(schema->get<std::string>(), nullptr, /*allow_exceptions=*/false);
@@ -296,7 +307,7 @@ GenerationOptions parse_generation_options(const Json& body, bool chat) {
   }
   if (std::shared_ptr<const text::JsonGrammar> guided = parse_guided_decoding(f)) {
     if (o.grammar) {
-      throw bad_request("give one of a structured 'response_format', 'guided_json' and 'guided_choice'",
+      throw bad_request("give one of a structured 'response_format', 'guided_json', 'guided_regex' and 'guided_choice'",
                         "response_format", "invalid_value");
     }
     o.grammar = std::move(guided);

@@ -191,7 +191,9 @@ def body_cases():
                {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
                {"enum": list(range(100))}, {"properties": {str(i): {} for i in range(100)}},
                {"anyOf": [{"anyOf": [{"type": ["string", "null", "integer"]}] * 30}] * 30},
-               {"type": "string", "pattern": "^a$"}, {"type": "object", "additionalProperties": {"type": "string"}},
+               {"type": "string", "pattern": "^(a"}, {"type": "string", "pattern": "(a|b)*a(a|b){20}"},
+               {"type": "string", "format": "uri"}, {"type": "string", "pattern": 5},
+               {"type": "object", "additionalProperties": {"type": "string"}},
                {"type": "string", "minLength": 5, "maxLength": 2}, False]
     for i, schema in enumerate(schemas):
         fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}

@@ -9,6 +9,7 @@ conform.
 """
 
 import json
+import re
 
 import jsonschema
 import openai
@@ -142,6 +143,58 @@ def test_vllms_guided_choice_and_guided_json(demo_server):
         jsonschema.validate(json.loads(body["choices"][0]["text"]), PERSON)
 
 
+PATTERNS = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+        "day": {"type": "string", "format": "date"},
+        "at": {"type": "string", "format": "date-time"},
+        "id": {"type": "string", "format": "uuid"},
+        "ip": {"type": "string", "format": "ipv4"},
+        "mail": {"type": "string", "format": "email", "maxLength": 24},
+        "word": {"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 5},
+    },
+    "required": ["code", "day", "at", "id", "ip", "mail", "word"],
+}
+
+
+def test_patterns_and_formats_hold_end_to_end(demo_server):
+    # The reference: jsonschema's draft 2020-12 format checks (time and
+    # date-time through rfc3339-validator), which check formats only when asked.
+    validator = jsonschema.Draft202012Validator(PATTERNS, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    assert not validator.is_valid({**dict.fromkeys(PATTERNS["required"], "x")})
+    for seed in range(3):
+        body = complete(demo_server, max_tokens=500, temperature=1.0, seed=seed, n=2,
+                        response_format=json_schema_format(PATTERNS))
+        for choice in body["choices"]:
+            assert choice["finish_reason"] == "stop", choice
+            validator.validate(json.loads(choice["text"]))
+
+
+def test_vllms_guided_regex_is_matched_whole(demo_server):
+    pattern = r"(yes|no), \d{1,3} (apples|pears)\."
+    plain = complete(demo_server, max_tokens=20, temperature=1.0, seed=1)["choices"][0]["text"]
+    assert re.fullmatch(pattern, plain) is None
+    seen = set()
+    for seed in range(6):
+        body = complete(demo_server, max_tokens=40, temperature=1.0, seed=seed, guided_regex=pattern)
+        text = body["choices"][0]["text"]
+        assert re.fullmatch(pattern, text) and body["choices"][0]["finish_reason"] == "stop", body
+        seen.add(text)
+    assert len(seen) >= 2
+    # Chat, streamed: the answer is the pattern's too.
+    reply = requests.post(demo_server.url + "/v1/chat/completions", timeout=120, stream=True, json={
+        "model": "demo", "messages": [{"role": "user", "content": "A phone number?"}], "stream": True,
+        "temperature": 1.0, "seed": 2, "max_tokens": 40, "guided_regex": r"\+1-\d{3}-\d{4}"})
+    assert reply.status_code == 200, reply.text
+    text = ""
+    for line in reply.iter_lines():
+        if line.startswith(b"data: {"):
+            for choice in json.loads(line[6:])["choices"]:
+                text += choice["delta"].get("content") or ""
+    assert re.fullmatch(r"\+1-\d{3}-\d{4}", text), text
+
+
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer"}},
         "required": ["city", "days"], "additionalProperties": False}
 
@@ -177,20 +230,24 @@ def test_a_conforming_answer_passes_unchanged_and_another_is_made_to_conform(tes
     ({"type": "regex_schema", "regex_schema": "a+"}, {}, "response_format.type", '"json_schema", not "regex_schema"'),
     ({"type": "json_schema"}, {}, "response_format.json_schema", "must be an object"),
     ({"type": "json_schema", "json_schema": {"name": "x"}}, {}, "response_format.json_schema.schema", "is required"),
-    (json_schema_format({"type": "string", "pattern": "^a"}), {}, "response_format.json_schema.schema",
-     "'#': the keyword 'pattern' is not supported"),
-    (json_schema_format({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}), {},
-     "response_format.json_schema.schema", "'#/properties/d': the keyword 'format'"),
+    (json_schema_format({"type": "string", "pattern": "^(?=a)"}), {}, "response_format.json_schema.schema",
+     "'#/pattern': lookaround assertions are not supported at offset 1"),
+    (json_schema_format({"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}}), {},
+     "response_format.json_schema.schema", "'#/properties/d/format': format 'hostname' is not supported"),
+    (json_schema_format({"type": "array", "uniqueItems": True}), {}, "response_format.json_schema.schema",
+     "'#': the keyword 'uniqueItems' is not supported"),
     (json_schema_format({"$ref": "#/$defs/none"}), {}, "response_format.json_schema.schema", "names nothing"),
     ("json", {}, "response_format", "must be an object"),
     ({"type": "json_object"}, {"ignore_eos": True}, "ignore_eos", "cannot be combined"),
-    (None, {"guided_regex": "a+"}, "guided_regex", "not supported"),
+    (None, {"guided_regex": "(a+"}, "guided_regex", "an unterminated group at offset 0"),
+    (None, {"guided_regex": 5}, "guided_regex", "must be a string"),
+    (None, {"guided_regex": "a+", "guided_choice": ["a"]}, "guided_choice", "one of"),
     (None, {"guided_grammar": "root ::= x"}, "guided_grammar", "not supported"),
     (None, {"guided_choice": []}, "guided_choice", "list of 1 to 64"),
     (None, {"guided_choice": ["a", ""]}, "guided_choice", "non-empty strings"),
     (None, {"guided_choice": ["a"], "guided_json": {}}, "guided_choice", "one of"),
     (None, {"guided_json": "{not json"}, "guided_json", "must hold a JSON Schema"),
-    (None, {"guided_json": {"type": "string", "pattern": "a"}}, "guided_json", "guided_json at '#'"),
+    (None, {"guided_json": {"type": "string", "pattern": "\\p{L}"}}, "guided_json", "guided_json at '#/pattern'"),
     ({"type": "json_object"}, {"guided_choice": ["a"]}, "response_format", "give one of"),
 ])
 def test_bad_response_formats_get_clear_errors(demo_server, response_format, extra, param, words):
