@@ -157,7 +157,11 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
   // Generation owns its engine request from here: should a later submit
   // fail, the ones before are aborted as the vector unwinds.
   std::shared_ptr<const text::GrammarVocabulary> vocabulary;
-  if (options.grammar) vocabulary = ctx.grammar_vocabulary->get(*ctx.tokenizer);
+  std::shared_ptr<text::PatternMaskCache> pattern_masks;  // the choices' shared cache
+  if (options.grammar) {
+    vocabulary = ctx.grammar_vocabulary->get(*ctx.tokenizer);
+    pattern_masks = std::make_shared<text::PatternMaskCache>();
+  }
   auto notifier = std::make_shared<Notifier>();
   std::vector<std::unique_ptr<Generation>> generations;
   for (const std::vector<int32_t>& prompt : prompts) {
@@ -178,7 +182,7 @@ HttpResponse ApiServer::start_generation(const ServingContext& ctx, CompletionKi
       request.top_logprobs = options.top_logprobs;
       if (options.echo && options.logprobs) request.prompt_logprobs = options.top_logprobs;
       if (options.grammar) {
-        request.constraint = make_json_constraint(options.grammar, vocabulary, options.grammar_tokens);
+        request.constraint = make_json_constraint(options.grammar, vocabulary, options.grammar_tokens, pattern_masks);
       }
       const engine::Clock::time_point arrival = request.arrival;
       std::shared_ptr<engine::RequestStream> stream;

@@ -22,10 +22,11 @@ std::shared_ptr<const text::GrammarVocabulary> GrammarVocabularyCache::get(const
 
 std::shared_ptr<engine::TokenConstraint> make_json_constraint(
     std::shared_ptr<const text::JsonGrammar> grammar, std::shared_ptr<const text::GrammarVocabulary> vocabulary,
-    std::vector<text::GrammarToken> extra) {
+    std::vector<text::GrammarToken> extra, std::shared_ptr<text::PatternMaskCache> pattern_masks) {
   int32_t size = vocabulary->size();
   for (const text::GrammarToken& token : extra) size = std::max(size, token.id + 1);
-  text::JsonTokenMatcher matcher(std::move(grammar), std::move(vocabulary), std::move(extra));
+  text::JsonTokenMatcher matcher(std::move(grammar), std::move(vocabulary), std::move(extra),
+                                 std::move(pattern_masks));
   std::vector<uint64_t> first((static_cast<size_t>(size) + 63) / 64, 0);
   matcher.allowed(first);
   if (std::all_of(first.begin(), first.end(), [](uint64_t w) { return w == 0; })) {

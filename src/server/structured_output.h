@@ -41,10 +41,12 @@ class JsonConstraint final : public engine::TokenConstraint {
 
 // A fresh constraint for one choice. Throws ApiError(400) when no token of
 // the vocabulary can start the output.
-// `extra`: special tokens the grammar's markup writes.
+// `extra`: special tokens the grammar's markup writes; `pattern_masks`: the
+// request's cache of pattern masks, shared by its choices (one of its own
+// when null).
 std::shared_ptr<engine::TokenConstraint> make_json_constraint(
     std::shared_ptr<const text::JsonGrammar> grammar, std::shared_ptr<const text::GrammarVocabulary> vocabulary,
-    std::vector<text::GrammarToken> extra = {});
+    std::vector<text::GrammarToken> extra = {}, std::shared_ptr<text::PatternMaskCache> pattern_masks = nullptr);
 
 // tool_choice "required" or a named function: sets `options`' grammar to
 // one call of one of `tools` (OpenAI's [{"type": "function", "function":

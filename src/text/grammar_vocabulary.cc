@@ -91,7 +91,9 @@ const std::vector<uint64_t>* PatternMaskCache::find(const JsonMatcher::PatternSt
 
 void PatternMaskCache::keep(const JsonMatcher::PatternState& state, const std::vector<uint64_t>& mask) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (masks_.size() < kMaxMasks) masks_.try_emplace({state.automaton, state.state}, mask);
+  if ((masks_.size() + 1) * mask.size() * sizeof(uint64_t) <= kMaxBytes) {
+    masks_.try_emplace({state.automaton, state.state}, mask);
+  }
 }
 
 void GrammarVocabulary::allowed(const JsonMatcher& matcher, std::span<uint64_t> allowed,

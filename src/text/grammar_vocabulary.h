@@ -38,14 +38,14 @@ namespace tessera::text {
 // with no piece.
 std::vector<std::string> token_bytes(const Tokenizer& tokenizer);
 
-// The plain-token masks of pattern states a constrained output has reached
+// The plain-token masks of pattern states a constrained request has reached
 // (a pattern's automaton revisits few states, and a state's mask depends on
-// nothing else), at most kMaxMasks of them. Shared by the copies of one
-// JsonTokenMatcher, whose grammar owns the automata it is keyed by; safe
+// nothing else), kMaxBytes of them at most. Shared by the matchers of one
+// request's choices, whose grammar owns the automata it is keyed by; safe
 // from many threads.
 class PatternMaskCache {
  public:
-  static constexpr size_t kMaxMasks = 256;
+  static constexpr size_t kMaxBytes = size_t{2} << 20;
   // ORs the mask of `state` into `allowed`, made by make(mask) on first use.
   template <typename Make>
   void add(const JsonMatcher::PatternState& state, std::span<uint64_t> allowed, Make make) {
@@ -113,10 +113,13 @@ struct GrammarToken {
 // One output's position in a JsonGrammar, token by token.
 class JsonTokenMatcher {
  public:
+  // `pattern_masks`: shared by the matchers of one grammar (a request's
+  // choices); a cache of its own when null.
   JsonTokenMatcher(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const GrammarVocabulary> vocabulary,
-                   std::vector<GrammarToken> extra = {})
+                   std::vector<GrammarToken> extra = {}, std::shared_ptr<PatternMaskCache> pattern_masks = nullptr)
       : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), extra_(std::move(extra)),
-        matcher_(*grammar_), pattern_masks_(std::make_shared<PatternMaskCache>()) {}
+        matcher_(*grammar_),
+        pattern_masks_(pattern_masks ? std::move(pattern_masks) : std::make_shared<PatternMaskCache>()) {}
 
   // The vocabulary's tokens and the extra ones that fit; `allowed` as in GrammarVocabulary::allowed.
   void allowed(std::span<uint64_t> allowed) const;

@@ -279,13 +279,21 @@ class JsonGrammarBuilder::Compiler {
       }
       text = std::move(*format_pattern);
     }
+    const size_t left = JsonGrammar::kMaxPatternStates - pattern_states_;
+    const size_t cap = std::min(RegexAutomaton::kMaxStates, left);
     try {
-      std::shared_ptr<const RegexAutomaton> automaton =
-          RegexAutomaton::compile(text, {RegexDialect::kEcmaScript, /*search=*/true, /*json_string=*/true});
-      if (min_length > 0 || max_length >= 0) automaton = automaton->with_length(min_length, max_length);
+      std::shared_ptr<const RegexAutomaton> automaton = RegexAutomaton::compile(
+          text, {RegexDialect::kEcmaScript, /*search=*/true, /*json_string=*/true, cap});
+      if (min_length > 0 || max_length >= 0) automaton = automaton->with_length(min_length, max_length, cap);
+      pattern_states_ += automaton->states();
       return add_pattern(std::move(automaton));
     } catch (const Error& e) {
-      fail(where + "/" + key, e.message());
+      const std::string budget =
+          cap < RegexAutomaton::kMaxStates
+              ? fmt::format(" (the schema's patterns together may have {} automaton states; {} were left)",
+                            JsonGrammar::kMaxPatternStates, left)
+              : std::string();
+      fail(where + "/" + key, e.message() + budget);
     }
   }
 
@@ -386,6 +394,7 @@ class JsonGrammarBuilder::Compiler {
 
   const Json* root_ = nullptr;
   std::string label_;
+  size_t pattern_states_ = 0;  // the automata's states so far, against JsonGrammar::kMaxPatternStates
   JsonGrammar grammar_;
   std::map<std::string, int32_t> refs_;
 };

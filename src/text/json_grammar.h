@@ -79,6 +79,9 @@ struct JsonGrammar {
   // Alternatives the matcher tracks in one 64-bit word: properties of an
   // object, values of an enum.
   static constexpr size_t kMaxAlternatives = 64;
+  // Automaton states of all of a grammar's patterns together (each state a
+  // row of up to 256 transitions): what one request may make the server hold.
+  static constexpr size_t kMaxPatternStates = 20000;
   // Nodes every grammar has, at these indices.
   static constexpr int32_t kAnyValue = 0, kAnyObject = 1, kAnyArray = 2, kBoolean = 3, kNull = 4, kAnyString = 5;
 

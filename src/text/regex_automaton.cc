@@ -256,8 +256,8 @@ RegexNode without_anchors(RegexNode root, bool search, const Ranges& any) {
 
 class RegexAutomatonBuilder {
  public:
-  RegexAutomatonBuilder(const Nfa& nfa, int32_t start, int32_t accept)
-      : nfa_(nfa), accept_(accept), mark_(nfa.states.size(), 0) {
+  RegexAutomatonBuilder(const Nfa& nfa, int32_t start, int32_t accept, size_t max_states)
+      : nfa_(nfa), accept_(accept), max_states_(max_states), mark_(nfa.states.size(), 0) {
     set_byte_classes();
     id_of(closure({start}));
   }
@@ -327,10 +327,10 @@ class RegexAutomatonBuilder {
   int32_t id_of(const std::vector<int32_t>& set) {
     const auto [it, added] = ids_.try_emplace(set, static_cast<int32_t>(sets_.size()));
     if (added) {
-      if (sets_.size() >= RegexAutomaton::kMaxStates) {
+      if (sets_.size() >= max_states_) {
         throw Error(ErrorKind::kInvalidArgument,
                     fmt::format("the pattern is too complex to enforce (its automaton passes {} states)",
-                                RegexAutomaton::kMaxStates));
+                                max_states_));
       }
       sets_.push_back(set);
     }
@@ -339,6 +339,7 @@ class RegexAutomatonBuilder {
 
   const Nfa& nfa_;
   int32_t accept_;
+  size_t max_states_;
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
   std::array<uint8_t, 256> class_of_{};
@@ -399,7 +400,8 @@ std::shared_ptr<const RegexAutomaton> RegexAutomaton::pruned(const std::array<ui
   return out;
 }
 
-std::shared_ptr<const RegexAutomaton> RegexAutomaton::with_length(int64_t min_length, int64_t max_length) const {
+std::shared_ptr<const RegexAutomaton> RegexAutomaton::with_length(int64_t min_length, int64_t max_length,
+                                                                  size_t max_states) const {
   // States (state, code points so far), the count kept up to max_length, or
   // up to min_length (then saturated) without a maximum.
   const int64_t cap = max_length >= 0 ? max_length : min_length;
@@ -410,11 +412,11 @@ std::shared_ptr<const RegexAutomaton> RegexAutomaton::with_length(int64_t min_le
   const auto id_of = [&](int32_t state, int64_t count) {
     const auto [it, added] = ids.try_emplace({state, count}, static_cast<int32_t>(pairs.size()));
     if (added) {
-      if (pairs.size() >= kMaxStates) {
+      if (pairs.size() >= max_states) {
         throw Error(ErrorKind::kInvalidArgument,
                     fmt::format("the pattern with its length bounds is too complex to enforce (its automaton "
                                 "passes {} states)",
-                                kMaxStates));
+                                max_states));
       }
       pairs.emplace_back(state, count);
     }
@@ -456,7 +458,7 @@ std::shared_ptr<const RegexAutomaton> RegexAutomaton::compile(std::string_view p
   if (options.json_string) keep_only(root, json_characters);
   Nfa nfa;
   const Nfa::Fragment whole = nfa.build(root);
-  return RegexAutomatonBuilder(nfa, whole.start, whole.end).build();
+  return RegexAutomatonBuilder(nfa, whole.start, whole.end, options.max_states).build();
 }
 
 }  // namespace tessera::text

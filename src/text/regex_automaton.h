@@ -34,12 +34,15 @@ struct RegexOptions {
   // Only characters a JSON string writes (no control characters but \b, \t,
   // \n, \f, \r, which have short escapes): what JsonMatcher can emit there.
   bool json_string = false;
+  // A pattern whose automaton would pass this many states is refused (a
+  // grammar passes what is left of its budget for all its patterns).
+  size_t max_states = 10000;
 };
 
 class RegexAutomaton {
  public:
   static constexpr int32_t kDead = -1;
-  static constexpr size_t kMaxStates = 10000;
+  static constexpr size_t kMaxStates = RegexOptions{}.max_states;
   static constexpr size_t kMaxNfaStates = 200000;
 
   // Throws Error(kInvalidArgument) for a pattern that is malformed, not
@@ -59,8 +62,9 @@ class RegexAutomaton {
   // This automaton with matches of `min_length` to `max_length` (-1: no
   // bound) code points only: JSON Schema's minLength and maxLength beside a
   // pattern. Throws Error(kInvalidArgument) when no match has such a length
-  // or the product passes kMaxStates.
-  std::shared_ptr<const RegexAutomaton> with_length(int64_t min_length, int64_t max_length) const;
+  // or the product passes `max_states`.
+  std::shared_ptr<const RegexAutomaton> with_length(int64_t min_length, int64_t max_length,
+                                                    size_t max_states = kMaxStates) const;
   size_t states() const { return accepting_.size(); }
   size_t byte_classes() const { return classes_; }
 

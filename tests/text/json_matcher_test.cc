@@ -195,6 +195,11 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
   expect_refused(R"({"type": "string", "pattern": "^ab$", "minLength": 3})", "no string of at least 3");
   expect_refused(R"({"pattern": "a", "format": "date"})", "pattern and format together");
   expect_refused(R"({"type": "array", "uniqueItems": true})", "'uniqueItems'");
+  // 9,001 automaton states a pattern: the third passes the grammar's budget for all of them.
+  expect_refused(R"({"properties": {"a": {"pattern": "^(?:[a-z]{1000}){9}$"}, "b": {"pattern": "^(?:[a-z]{1000}){9}$"},
+                     "c": {"pattern": "^(?:[a-z]{1000}){9}$"}}})",
+                 "'#/properties/c/pattern': the pattern is too complex to enforce (its automaton passes 1998 states) "
+                 "(the schema's patterns together may have 20000 automaton states; 1998 were left)");
   expect_refused(R"({"type": "number", "minimum": 0})", "supported for integers only");
   expect_refused(R"({"minimum": 0})", "bounds need");
   expect_refused(R"({"type": "integer", "multipleOf": 2})", "'multipleOf'");
