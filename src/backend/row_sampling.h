@@ -42,6 +42,12 @@ struct LogitEdit {
 struct SamplingBatch {
   std::vector<SamplingRow> rows;  // one per logits row
   std::vector<LogitEdit> edits;   // any order
+  // Structured output, after the edits: the rows whose ids are limited to a
+  // set, each set as ceil(vocab / 64) words of bits (bit id % 64 of word
+  // id / 64), one run a row in `allowed_rows`' order; an id whose bit is
+  // clear becomes -inf, as the Sampler's SampleInputs::allowed does.
+  std::vector<int32_t> allowed_rows;
+  std::vector<uint64_t> allowed;
 };
 
 }  // namespace tessera::backend

@@ -8,12 +8,16 @@
 // engine::generate on the same model; a short run of the same batch first
 // warms plans, kernel choices and the allocator, so the timed run is steady.
 // With --tp N the streams run on N tensor-parallel ranks (the serving path's
-// executor and communicator choice), a model directory only.
+// executor and communicator choice), a model directory only. With
+// --constrained K the first K streams carry a structured output's
+// constraint that allows every token: the path such a request takes (a mask
+// a step), without a grammar's own cost (tessera_bench_grammar has that).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -23,6 +27,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/token_constraint.h"
 #include "engine/tp_executor.h"
 #include "model/random_weights.h"
 #include "model/transformer.h"
@@ -50,6 +55,18 @@ struct BenchEngineArgs {
   float temperature = 0.0f;
   int32_t top_k = 0;
   float top_p = 1.0f;
+  int64_t constrained = 0;  // streams with a constraint (AnyToken)
+};
+
+// A structured output that allows every token and never ends the output.
+class AnyToken final : public engine::TokenConstraint {
+ public:
+  void allowed(std::span<uint64_t> allowed) const override {
+    std::fill(allowed.begin(), allowed.end(), ~uint64_t{0});
+  }
+  bool can_end() const override { return true; }
+  bool done() const override { return false; }
+  bool accept(int32_t) override { return true; }
 };
 
 backend::KvCacheFormat kv_format(const BenchEngineArgs& args) {
@@ -192,6 +209,7 @@ int64_t run_streams(engine::Engine& engine, const BenchEngineArgs& args, int64_t
     r.sampling.top_k = args.top_k;
     r.sampling.top_p = args.top_p;
     r.sampling.seed = static_cast<uint64_t>(i + salt);
+    if (i < args.constrained) r.constraint = std::make_shared<AnyToken>();
     streams.push_back(engine.submit(std::move(r)));
   }
   int64_t generated = 0;
@@ -207,9 +225,11 @@ int64_t run_streams(engine::Engine& engine, const BenchEngineArgs& args, int64_t
 
 // How the header line names the streams' sampling.
 std::string sampling_name(const BenchEngineArgs& args) {
-  return args.temperature > 0.0f
-             ? fmt::format("temperature {} top_k {} top_p {}", args.temperature, args.top_k, args.top_p)
-             : std::string("greedy");
+  std::string name = args.temperature > 0.0f
+                         ? fmt::format("temperature {} top_k {} top_p {}", args.temperature, args.top_k, args.top_p)
+                         : std::string("greedy");
+  if (args.constrained > 0) name += fmt::format(", {} of them constrained", std::min(args.constrained, args.batch));
+  return name;
 }
 
 // A short run of the batch (plans, kernel choices, the allocator), then the
@@ -315,6 +335,10 @@ void add_bench_engine_command(CLI::App& app, Runner& runner) {
   cmd->add_option("--top-k", args->top_k, "0: off")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", args->top_p, "1: off")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--new-tokens", args->new_tokens, "tokens per stream (model)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--constrained", args->constrained,
+                  "streams (the first K) under a structured output's constraint that allows every token (model)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--quant-policy", args->quant_policy,
                   "the KV cache: 0 (the compute dtype), 8 or 4 (8- or 4-bit codes)")
       ->capture_default_str()

@@ -16,7 +16,8 @@ namespace tessera::engine {
 
 // For an executor that samples on its device: one row per sampling chunk, in
 // plan order (its parameters, its penalties, logit_bias and min_tokens masks
-// as edits, and the uniform number its request's generator draws for it);
+// as edits, a structured output's allowed ids from its constraint's current
+// state, and the uniform number its request's generator draws for it);
 // nullopt, drawing nothing, when a chunk asks for logprobs or prompt logprobs (they need the
 // logits on the host). `vocab`: the logits rows' size. Call after
 // schedule(), before execute().
@@ -31,7 +32,8 @@ struct PromptLogprobs {
 std::vector<PromptLogprobs> prompt_logprobs_step(const StepPlan& plan, const StepOutput& output, Scheduler& scheduler);
 
 // One result per chunk with `sample`, in plan order; output.token_ids, when
-// filled, are taken as the sampled tokens.
+// filled, are taken as the sampled tokens. A constrained sequence's
+// constraint takes its token either way.
 std::vector<SampleResult> sample_step(const StepPlan& plan, const StepOutput& output, Scheduler& scheduler);
 
 }  // namespace tessera::engine

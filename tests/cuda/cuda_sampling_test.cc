@@ -62,6 +62,7 @@ TEST(CudaSampling, TemperatureZeroIsTheHostArgmax) {
 struct Case {
   engine::SamplingParams params;
   std::vector<int32_t> prompt, output, masked;
+  std::vector<uint64_t> allowed;  // a structured output's ids, or empty
 };
 
 // Row i's parameters: temperatures, truncations and penalties in turn.
@@ -87,12 +88,25 @@ Case make_case(int64_t i, int64_t n, std::mt19937& rng) {
   }
   if (i % 6 == 2) p.logit_bias = {{id(rng), 5.0f}, {static_cast<int32_t>(n - 1), -100.0f}};
   if (i % 5 == 3) c.masked = {0, id(rng)};
+  if (i % 9 == 4 || i % 9 == 7) {  // a structured output: three ids, or about half of them
+    c.allowed.assign(static_cast<size_t>((n + 63) / 64), 0);
+    const auto allow = [&](int32_t t) { c.allowed[static_cast<size_t>(t) / 64] |= uint64_t{1} << (t % 64); };
+    if (i % 9 == 4) {
+      for (int k = 0; k < 3; ++k) allow(id(rng));
+    } else {
+      for (int32_t t = 0; t < n; ++t) {
+        if (rng() % 2 == 0) allow(t);
+      }
+    }
+  }
   return c;
 }
 
 // Rows sampled on the device at each Sampler's own uniform number (or, with
-// `shift`, at that number moved by a third) against the Sampler on the host.
-int64_t mismatches(backend::Backend& cuda, int64_t m, int64_t n, double shift, int64_t* drawn, float sigma = 3.0f) {
+// `shift`, at that number moved by a third) against the Sampler on the host;
+// without `device_masks` the device is not given the structured outputs' ids.
+int64_t mismatches(backend::Backend& cuda, int64_t m, int64_t n, double shift, int64_t* drawn, float sigma = 3.0f,
+                   bool device_masks = true) {
   std::vector<float> values = random_logits(m, n, static_cast<uint32_t>(n), sigma);
   if (m > 4) std::fill(values.begin() + 4 * n, values.begin() + 5 * n, -INFINITY);  // row 4: all -inf
   if (m > 6) {  // row 6: one finite logit
@@ -105,10 +119,15 @@ int64_t mismatches(backend::Backend& cuda, int64_t m, int64_t n, double shift, i
   for (int64_t i = 0; i < m; ++i) {
     const Case c = make_case(i, n, rng);
     engine::Sampler host(c.params), device(c.params);
-    const engine::SampleInputs inputs{c.prompt, c.output, c.masked};
+    engine::SampleInputs inputs{c.prompt, c.output, c.masked};
+    inputs.allowed = c.allowed;
     want.push_back(host.sample({values.data() + i * n, static_cast<size_t>(n)}, inputs).token);
     for (const backend::LogitEdit& e : engine::logit_edits(c.params, inputs, n, static_cast<int32_t>(i))) {
       batch.edits.push_back(e);
+    }
+    if (!c.allowed.empty() && device_masks) {
+      batch.allowed_rows.push_back(static_cast<int32_t>(i));
+      batch.allowed.insert(batch.allowed.end(), c.allowed.begin(), c.allowed.end());
     }
     backend::SamplingRow row{c.params.temperature, c.params.top_k, c.params.top_p, c.params.min_p, 0.0};
     if (c.params.temperature > 0.0f) row.uniform = std::fmod(device.next_uniform() + shift, 1.0);
@@ -121,7 +140,7 @@ int64_t mismatches(backend::Backend& cuda, int64_t m, int64_t n, double shift, i
   *drawn = 0;
   for (int64_t i = 0; i < m; ++i) {
     *drawn += batch.rows[i].temperature > 0.0f ? 1 : 0;
-    if (got[i] != want[i] && shift == 0.0 && wrong < 5) {
+    if (got[i] != want[i] && shift == 0.0 && device_masks && wrong < 5) {
       ADD_FAILURE() << m << "x" << n << " row " << i << " (T " << batch.rows[i].temperature << ", top_k "
                     << batch.rows[i].top_k << ", top_p " << batch.rows[i].top_p << ", min_p " << batch.rows[i].min_p
                     << "): device " << got[i] << ", host " << want[i];
@@ -160,6 +179,14 @@ TEST(CudaSampling, ADifferentUniformIsCaught) {
   const int64_t wrong = mismatches(*cuda, 420, 1000, 1.0 / 3.0, &drawn);
   // Rows truncated to one token, or with one token left, draw the same at any uniform.
   EXPECT_GT(wrong, drawn / 10) << wrong << " of " << drawn << " drawn rows differ";
+}
+
+TEST(CudaSampling, AMissingStructuredOutputMaskIsCaught) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto cuda = backend::make_cuda_backend(0, DType::kF32);
+  int64_t drawn = 0;
+  // 420 rows: 93 of them masked, a third of those to three ids.
+  EXPECT_GT(mismatches(*cuda, 420, 32000, 0.0, &drawn, 3.0f, /*device_masks=*/false), 40);
 }
 
 TEST(CudaSampling, EngineSamplingOnTheDeviceEqualsHostLogits) {

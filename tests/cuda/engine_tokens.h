@@ -1,6 +1,7 @@
-// The tokens an engine draws for a fixed set of requests: eight at once, two
+// The tokens an engine draws for a fixed set of requests: ten at once, two
 // greedy and six seeded (top_k, top_p and penalties on some), twelve tokens
-// each. The CUDA sampling tests run it with sampling on the device and with
+// each, and two (one greedy, one seeded) under a scripted structured output
+// of even ids that is done after eight. The CUDA sampling tests run it with sampling on the device and with
 // host logits (TESSERA_GPU_SAMPLING=0), which must draw the same tokens.
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/executor.h"
+#include "../engine/even_ids_constraint.h"
 
 namespace tessera::testing {
 
@@ -38,12 +40,12 @@ inline EngineTokens engine_tokens(
     run.sampled_on_device = executor->samples_on_device();
     engine::Engine engine(config, std::move(executor));
     std::vector<std::shared_ptr<engine::RequestStream>> streams;
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 10; ++i) {
       engine::Request r;
       r.prompt = {1, static_cast<int32_t>(3 + i), static_cast<int32_t>(7 + 2 * i)};
       r.max_tokens = 12;
       r.ignore_eos = true;
-      if (i >= 2) {  // seeded sampling, with penalties on some
+      if (i >= 2 && i != 8) {  // seeded sampling, with penalties on some
         r.sampling.temperature = 0.9f;
         r.sampling.seed = 100 + i;
         r.sampling.top_k = i % 3 == 0 ? 20 : 0;
@@ -51,6 +53,7 @@ inline EngineTokens engine_tokens(
         if (i >= 6) r.sampling.repetition_penalty = 1.2f;
         if (i == 7) r.sampling.frequency_penalty = 0.5f;
       }
+      if (i >= 8) r.constraint = std::make_shared<engine::testing::EvenIds>(4, 8);
       streams.push_back(engine.submit(r));
     }
     for (auto& s : streams) {

@@ -5,13 +5,15 @@
 // masks as the host Sampler's edits; a step with a logprobs request stays
 // on host logits and draws nothing. The fake device here picks
 // floor(uniform · vocab) at temperature > 0 and the fake logits' argmax past
-// masked ids at 0, so the tokens show which numbers it was given.
+// masked ids at 0, so the tokens show which numbers it was given; a row
+// with allowed ids takes the first of them from the argmax on.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "even_ids_constraint.h"
 #include "fake_executor.h"
 
 namespace tessera::engine {
@@ -40,7 +42,7 @@ class DeviceExecutor : public FakeExecutor {
         for (const backend::LogitEdit& e : plan.device_sampling->edits) {
           if (e.row == row && e.id == token && e.masked != 0) token = (c.token_ids.back() + 2) % vocab_size();
         }
-        out.token_ids.push_back(token);
+        out.token_ids.push_back(first_allowed(*plan.device_sampling, row, token));
       }
       ++row;
     }
@@ -48,6 +50,20 @@ class DeviceExecutor : public FakeExecutor {
   }
   std::vector<backend::SamplingBatch> batches;
   int host_steps = 0;
+
+ private:
+  // The first id from `token` on (wrapping) that row's allowed bits keep; `token` without bits.
+  int32_t first_allowed(const backend::SamplingBatch& b, int32_t row, int32_t token) const {
+    const size_t words = (static_cast<size_t>(vocab_size()) + 63) / 64;
+    for (size_t k = 0; k < b.allowed_rows.size(); ++k) {
+      if (b.allowed_rows[k] != row) continue;
+      for (int32_t step = 0; step < vocab_size(); ++step) {
+        const int32_t id = (token + step) % vocab_size();
+        if (b.allowed[k * words + static_cast<size_t>(id) / 64] >> (id % 64) & 1) return id;
+      }
+    }
+    return token;
+  }
 };
 
 EngineConfig config() {
@@ -197,6 +213,31 @@ TEST(DeviceSampling, ALogprobsRequestKeepsItsStepsOnHostLogitsAndDrawsOnlyThere)
   EXPECT_GE(on_device, 3);
   const std::vector<int32_t> draws = expected_draws(sampled.sampling, 6, seen.vocab);
   for (int i = 6 - on_device; i < 6; ++i) EXPECT_EQ(tokens[1][i], draws[i]) << "token " << i;
+}
+
+TEST(DeviceSampling, AConstraintsAllowedIdsTravelWithItsRowAndItTakesTheDevicesTokens) {
+  Seen seen;
+  Request constrained = request(0.0f, 0);  // prompt {5, 6}: the fake argmax is odd, 7, then 9, ...
+  constrained.ignore_eos = false;
+  constrained.constraint = std::make_shared<testing::EvenIds>(3, 4);
+  const Request free = request(0.9f, 7);
+  const auto tokens = run({constrained, free}, &seen);
+  EXPECT_EQ(seen.host_steps, 0);  // the constraint no longer keeps the steps on host logits
+  EXPECT_EQ(tokens[0], (std::vector<int32_t>{8, 10, 12, 14}));  // done after four: the output stops
+  EXPECT_EQ(tokens[1], expected_draws(free.sampling, 6, seen.vocab));
+  int masked_rows = 0, eos_allowed = 0;
+  const size_t words = (static_cast<size_t>(seen.vocab) + 63) / 64;
+  for (const backend::SamplingBatch& b : seen.batches) {
+    ASSERT_EQ(b.allowed.size(), b.allowed_rows.size() * words);
+    for (size_t k = 0; k < b.allowed_rows.size(); ++k) {
+      ++masked_rows;
+      EXPECT_EQ(b.rows.at(static_cast<size_t>(b.allowed_rows[k])).temperature, 0.0f);  // the constrained row's
+      EXPECT_EQ(b.allowed[k * words] & 0x18, uint64_t{0x10}) << "3 masked, 4 allowed";
+      eos_allowed += (b.allowed[k * words] >> 2 & 1) != 0 ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(masked_rows, 4);
+  EXPECT_EQ(eos_allowed, 1);  // where the output may end: after three
 }
 
 }  // namespace

@@ -9,11 +9,13 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "even_ids_constraint.h"
 #include "fake_executor.h"
 
 namespace tessera::engine {
 namespace {
 
+using testing::EvenIds;
 using testing::FakeExecutor;
 
 struct Collected {
@@ -352,28 +354,6 @@ TEST(engineLoop, RowsSampledOnThreadsGiveTheTokensOfEachRequestAlone) {
   for (const auto& t : together) distinct.insert(t.begin(), t.end());
   EXPECT_GT(distinct.size(), 32u) << "the draws hardly vary: the comparison would prove little";
 }
-
-// A structured output's constraint, scripted: even ids only; the output may
-// end after `end_after` tokens and is done after `done_after`.
-class EvenIds final : public TokenConstraint {
- public:
-  EvenIds(int end_after, int done_after) : end_after_(end_after), done_after_(done_after) {}
-  void allowed(std::span<uint64_t> allowed) const override {
-    if (taken_ >= done_after_) return;
-    for (size_t id = 0; id < allowed.size() * 64; id += 2) allowed[id / 64] |= uint64_t{1} << (id % 64);
-    allowed[0] &= ~(uint64_t{1} << 2);  // eos is not one of its tokens
-  }
-  bool can_end() const override { return taken_ >= end_after_; }
-  bool done() const override { return taken_ >= done_after_; }
-  bool accept(int32_t id) override {
-    if (id % 2 != 0 || id == 2) return false;
-    ++taken_;
-    return true;
-  }
-
- private:
-  int end_after_, done_after_, taken_ = 0;
-};
 
 TEST(engineLoop, AConstraintMasksTheTokensItDoesNotAllowAndEndsTheOutputWhenDone) {
   Engine engine(small_config(), std::make_unique<FakeExecutor>());

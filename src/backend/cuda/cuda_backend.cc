@@ -539,6 +539,16 @@ class CudaBackend final : public Backend {
       cuda::launch_apply_logit_edits(ptr<float>(logits), vocab, edits, static_cast<int64_t>(sampling.edits.size()),
                                      stream_);
     }
+    if (!sampling.allowed_rows.empty()) {
+      const auto count = static_cast<int64_t>(sampling.allowed_rows.size());
+      TESSERA_CHECK(static_cast<int64_t>(sampling.allowed.size()) == count * ((vocab + 63) / 64));
+      for (int32_t r : sampling.allowed_rows) TESSERA_CHECK(r >= 0 && r < m);
+      const auto* allowed_rows = static_cast<const int32_t*>(
+          upload_bytes(allowed_rows_, sampling.allowed_rows.data(), sampling.allowed_rows.size() * sizeof(int32_t)));
+      const auto* allowed = static_cast<const uint64_t*>(
+          upload_bytes(allowed_bits_, sampling.allowed.data(), sampling.allowed.size() * sizeof(uint64_t)));
+      cuda::launch_apply_allowed(ptr<float>(logits), vocab, allowed_rows, allowed, count, stream_);
+    }
     if (!sampled_ids_.defined() || sampled_ids_.numel() < m) sampled_ids_ = Tensor::empty({m}, DType::kI32, *allocator_);
     cuda::launch_sample_rows(ptr<float>(logits), m, vocab, rows, ptr<int32_t>(sampled_ids_), stream_);
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), sampled_ids_.raw_data(), m * sizeof(int32_t), cudaMemcpyDeviceToHost,
@@ -746,6 +756,7 @@ class CudaBackend final : public Backend {
   bool use_split_decode_ = true;       // TESSERA_DECODE_ATTENTION=per_query: the per-query kernel
   Tensor sampled_ids_;                 // [rows] i32: sampled ids before their copy to the host
   DeviceBuffer sampling_rows_, logit_edits_;  // a step's SamplingRows and LogitEdits (never read by graphs)
+  DeviceBuffer allowed_rows_, allowed_bits_;  // and its structured outputs' allowed ids
   PinnedStaging pinned_;               // to_host_f32's landing place
   int device_capability_ = 0;  // the GPU's own (CudaDeviceInfo::device_capability)
   int kernel_capability_ = 0;  // what the loaded kernel image runs as (CudaDeviceInfo::effective_capability)

@@ -199,6 +199,11 @@ void launch_gather_rows(const T* x, const int32_t* rows, int64_t count, int64_t 
 void launch_apply_logit_edits(float* logits, int64_t vocab, const LogitEdit* edits, int64_t count,
                               cudaStream_t stream);
 
+// logits [rows, vocab] f32: in each of rows [count], -inf where its run of
+// bits [count][ceil(vocab / 64)] is clear (SamplingBatch::allowed; rows validated)
+void launch_apply_allowed(float* logits, int64_t vocab, const int32_t* rows, const uint64_t* bits, int64_t count,
+                          cudaStream_t stream);
+
 // ids [m] = the token sampled from each row of logits [m, vocab] f32 by rows [m] (row_sampling.h)
 void launch_sample_rows(const float* logits, int64_t m, int64_t vocab, const SamplingRow* rows, int32_t* ids,
                         cudaStream_t stream);

@@ -503,6 +503,18 @@ __global__ void apply_logit_edits_kernel(float* __restrict__ logits, int64_t voc
   *x = v;
 }
 
+// One block a masked row: -inf wherever the row's allowed bit is clear.
+__global__ void apply_allowed_kernel(float* __restrict__ logits, int64_t vocab, const int32_t* __restrict__ rows,
+                                     const uint64_t* __restrict__ bits) {
+  wait_for_previous_kernel();
+  const int64_t words = (vocab + 63) / 64;
+  float* x = logits + int64_t(rows[blockIdx.x]) * vocab;
+  const uint64_t* row_bits = bits + int64_t(blockIdx.x) * words;
+  for (int64_t id = threadIdx.x; id < vocab; id += blockDim.x) {
+    if (((row_bits[id >> 6] >> (id & 63)) & 1u) == 0) x[id] = -INFINITY;
+  }
+}
+
 // This thread's share of the scan for the largest x[j] (lowest j on a tie).
 // Where the row allows, 16-byte loads, sixteen of them in flight a thread: at
 // batch 1 this scan of the vocabulary is the whole kernel, one block long,
@@ -694,6 +706,13 @@ void launch_apply_logit_edits(float* logits, int64_t vocab, const LogitEdit* edi
   constexpr int kEditThreads = 256;
   launch_after(apply_logit_edits_kernel, static_cast<unsigned>((count + kEditThreads - 1) / kEditThreads),
                kEditThreads, 0, stream, logits, vocab, edits, count);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_apply_allowed(float* logits, int64_t vocab, const int32_t* rows, const uint64_t* bits, int64_t count,
+                          cudaStream_t stream) {
+  if (count == 0) return;
+  launch_after(apply_allowed_kernel, static_cast<unsigned>(count), 256, 0, stream, logits, vocab, rows, bits);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
