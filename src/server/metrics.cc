@@ -99,8 +99,8 @@ std::string Metrics::render(const engine::EngineStats* stats, const ServerGauges
     counter(out, "tessera_client_disconnects_total", "Clients that went away before their answer was complete.",
             static_cast<double>(disconnects_));
     counter(out, "tessera_structured_choices_total",
-            "Choices generated under a structured output (response_format, guided_*, a forced tool call); their "
-            "steps sample on the host.",
+            "Choices generated under a structured output (response_format, guided_*, a forced tool call); each "
+            "step works out their allowed tokens on the host.",
             static_cast<double>(structured_choices_));
     counter(out, "tessera_prompt_tokens_total", "Prompt tokens of generation requests.",
             static_cast<double>(prompt_tokens_));
