@@ -98,6 +98,23 @@ SCHEMAS = {
         },
         "required": ["small", "positive", "negative", "exact"],
     },
+    "bounded_numbers": {
+        "type": "object",
+        "properties": {
+            "p": {"type": "number", "minimum": 0, "maximum": 1},
+            "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 2.5},
+            "x": {"type": "number", "minimum": 0.1, "maximum": 0.3},
+            "big": {"type": ["number", "null"], "minimum": 1000, "exclusiveMaximum": 1000.5},
+        },
+        "required": ["p", "t", "x", "big"],
+    },
+    # Maps and tuples.
+    "map_of_small_integers": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0,
+                                                                          "maximum": 99}},
+    "tuple": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 3},
+                                               {"enum": ["x", "y"]}], "items": False, "minItems": 2},
+    "tuple_then_numbers": {"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "null"}],
+                           "items": {"type": "number"}, "maxItems": 4},
     # Strings under a pattern or a format: the documents write one of the
     # schema's examples (an annotation the compiler ignores).
     "patterns": {
@@ -180,6 +197,23 @@ def number_text(rng, integer):
     return text
 
 
+def bounded_number_text(rng, schema):
+    """A number within the schema's bounds as structured output writes it: no exponent, at most 15 digits."""
+    low = max(schema.get("minimum", -1e6), schema.get("exclusiveMinimum", -1e6))
+    high = min(schema.get("maximum", 1e6), schema.get("exclusiveMaximum", 1e6))
+    validator = jsonschema.Draft202012Validator({k: v for k, v in schema.items() if k != "type"})
+    while True:
+        roll = rng.random()
+        if roll < 0.2:
+            text = repr(float(rng.choice([low, high])))  # a bound itself, or just inside an exclusive one
+            text = text[:-2] if text.endswith(".0") and rng.random() < 0.5 else text
+        else:
+            text = f"{rng.uniform(low, high):.{rng.randint(0, 6)}f}"
+        digits = sum(ch.isdigit() for ch in text)
+        if "e" not in text and digits <= 15 and validator.is_valid(json.loads(text)):
+            return text
+
+
 def any_text(rng, depth):
     kinds = ["string", "number", "true", "false", "null"] + (["object", "array"] if depth < 3 else [])
     kind = rng.choice(kinds)
@@ -241,23 +275,33 @@ def value_text(rng, root, schema, depth=0):
         low = max(schema.get("minimum", -10**12), schema.get("exclusiveMinimum", -10**12 - 1) + 1)
         high = min(schema.get("maximum", 10**12), schema.get("exclusiveMaximum", 10**12 + 1) - 1)
         return str(rng.randint(low, high))
+    if kind == "number" and any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")):
+        return bounded_number_text(rng, schema)
     if kind in ("number", "integer"):
         return number_text(rng, kind == "integer")
     if kind == "boolean":
         return rng.choice(["true", "false"])
     if kind == "null":
         return "null"
-    if kind == "array":
+    if kind == "array" or "prefixItems" in schema:
+        prefix = schema.get("prefixItems", [])
+        rest = schema.get("items", {})
         low = schema.get("minItems", 0)
-        high = schema.get("maxItems", low + 3)
+        high = schema.get("maxItems", max(low, len(prefix)) + 3)
+        if rest is False:
+            high = min(high, len(prefix))
         if depth > 2:
             high = low
-        items = [value_text(rng, root, schema.get("items", {}), depth + 1) for _ in range(rng.randint(low, high))]
+        count = rng.randint(low, high)
+        items = [value_text(rng, root, prefix[i] if i < len(prefix) else rest, depth + 1) for i in range(count)]
         return array_text(rng, items)
     if "properties" not in schema:
-        if schema.get("additionalProperties", True) is False:
+        extra = schema.get("additionalProperties", True)
+        if extra is False:
             return "{" + whitespace(rng) + "}"
-        members = [(string_text(rng), any_text(rng, depth + 1)) for _ in range(rng.randint(0, 3))]
+        values = (lambda: value_text(rng, root, extra, depth + 1)) if isinstance(extra, dict) else (
+            lambda: any_text(rng, depth + 1))
+        members = [(string_text(rng), values()) for _ in range(rng.randint(0, 3))]
         return object_text(rng, members)
     required = set(schema.get("required", []))
     members = []

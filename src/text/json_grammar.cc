@@ -28,7 +28,7 @@ const std::set<std::string> kCompiled = {"type",  "enum",     "const",    "anyOf
                                          "allOf", "$ref",     "properties", "required", "additionalProperties",
                                          "items", "minItems", "maxItems", "minLength", "maxLength",
                                          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                         "pattern", "format"};
+                                         "pattern", "format", "prefixItems", "additionalItems"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 bool has_bounds(const nlohmann::ordered_json& schema) {
@@ -106,8 +106,9 @@ class JsonGrammarBuilder::Compiler {
       if (!kAnnotations.contains(key) && !kCompiled.contains(key)) {
         fail(where, fmt::format("the keyword '{}' is not supported by structured output (supported: type, enum, "
                                 "const, anyOf, oneOf, allOf of one schema, $ref, properties, required, "
-                                "additionalProperties false, items, minItems, maxItems, minLength, maxLength, "
-                                "pattern, format, and an integer's minimum and maximum)",
+                                "additionalProperties false or a schema without properties, items, prefixItems, "
+                                "minItems, maxItems, minLength, maxLength, pattern, format, and an integer's minimum "
+                                "and maximum)",
                                 key));
       }
     }
@@ -143,13 +144,14 @@ class JsonGrammarBuilder::Compiler {
     const auto type = schema.find("type");
     if (type == schema.end()) {
       if (schema.contains("properties") || schema.contains("required")) return typed(schema, "object", where);
-      if (schema.contains("items") || schema.contains("minItems") || schema.contains("maxItems")) {
+      if (schema.contains("items") || schema.contains("prefixItems") || schema.contains("minItems") ||
+          schema.contains("maxItems")) {
         return typed(schema, "array", where);
       }
       for (const char* key : {"minLength", "maxLength", "pattern", "format"}) {
         if (schema.contains(key)) return typed(schema, "string", where);
       }
-      if (has_bounds(schema)) fail(where, "bounds need \"type\": \"integer\" (a number's are not supported)");
+      if (has_bounds(schema)) fail(where, "bounds need a type: \"integer\" or \"number\"");
       return JsonGrammar::kAnyValue;
     }
     if (type->is_string()) return typed(schema, type->get<std::string>(), where);
@@ -247,8 +249,9 @@ class JsonGrammarBuilder::Compiler {
       return add(std::move(node));
     }
     if (type == "number") {
-      if (has_bounds(schema)) fail(where, "minimum and maximum are supported for integers only");
-      return add(node_of(Kind::kNumber));
+      GrammarNode node = node_of(Kind::kNumber);
+      node.number_bounds = number_bounds(schema, where);
+      return add(std::move(node));
     }
     if (type == "integer") return integer(schema, where);
     if (type == "boolean") return JsonGrammar::kBoolean;
@@ -304,6 +307,33 @@ class JsonGrammarBuilder::Compiler {
   }
 
  private:
+  // A number's bounds, the tighter of minimum and exclusiveMinimum (of
+  // maximum and exclusiveMaximum) where both are given.
+  JsonNumberBounds number_bounds(const Json& schema, const std::string& where) {
+    JsonNumberBounds b;
+    for (const char* key : kBounds) {
+      const auto it = schema.find(key);
+      if (it == schema.end()) continue;
+      if (!it->is_number()) fail(where + "/" + key, fmt::format("{} must be a number", key));
+      const double v = it->get<double>();
+      if (!std::isfinite(v)) fail(where + "/" + key, fmt::format("{} must be finite", key));
+      const bool lower = std::string_view(key).find("inimum") != std::string_view::npos;
+      const bool exclusive = std::string_view(key).starts_with("exclusive");
+      if (lower && (!b.has_minimum || v > b.minimum || (v == b.minimum && exclusive))) {
+        b.has_minimum = true, b.minimum = v, b.exclusive_minimum = exclusive;
+      }
+      if (!lower && (!b.has_maximum || v < b.maximum || (v == b.maximum && exclusive))) {
+        b.has_maximum = true, b.maximum = v, b.exclusive_maximum = exclusive;
+      }
+    }
+    if (b.any() && !number_may_end_within(b, false, NumberPart::kSign, 0, 0, 0) &&
+        !number_may_end_within(b, true, NumberPart::kSign, 0, 0, 0)) {
+      fail(where, fmt::format("no number of at most {} digits, written without an exponent, lies within its bounds",
+                              JsonNumberBounds::kMaxDigits));
+    }
+    return b;
+  }
+
   // An integer and its bounds, made inclusive (the tighter of minimum and
   // exclusiveMinimum, of maximum and exclusiveMaximum).
   int32_t integer(const Json& schema, const std::string& where) {
@@ -337,27 +367,59 @@ class JsonGrammarBuilder::Compiler {
     const int64_t min_items = std::max<int64_t>(0, count(schema, "minItems", where));
     const int64_t max_items = count(schema, "maxItems", where);
     if (max_items >= 0 && max_items < min_items) fail(where, "maxItems is below minItems");
-    int32_t items = -1;
-    if (const auto it = schema.find("items"); it != schema.end()) {
-      if (it->is_array()) fail(where + "/items", "items as a list (tuples) is not supported");
-      items = compile(*it, where + "/items");
+    // A tuple: 2020-12's prefixItems then items, or draft 7's items as a list then additionalItems.
+    const auto prefix_items = schema.find("prefixItems");
+    const auto items_it = schema.find("items");
+    const bool draft7_tuple = items_it != schema.end() && items_it->is_array();
+    if (prefix_items != schema.end() && draft7_tuple) fail(where + "/items", "items as a list beside prefixItems");
+    const auto tuple = prefix_items != schema.end() ? prefix_items : draft7_tuple ? items_it : schema.end();
+    const std::string tuple_key = prefix_items != schema.end() ? "prefixItems" : "items";
+    std::vector<int32_t> prefix;
+    if (tuple != schema.end()) {
+      if (!tuple->is_array()) fail(where + "/" + tuple_key, tuple_key + " must be a list of schemas");
+      for (size_t i = 0; i < tuple->size(); ++i) {
+        prefix.push_back(compile((*tuple)[i], fmt::format("{}/{}/{}", where, tuple_key, i)));
+      }
+    } else if (schema.contains("additionalItems")) {
+      fail(where + "/additionalItems", "additionalItems needs items as a list");
     }
+    const auto rest = draft7_tuple ? schema.find("additionalItems") : items_it;  // the items after the tuple
+    const std::string rest_key = draft7_tuple ? "additionalItems" : "items";
+    int32_t items = -1;
+    int64_t limit = max_items;
+    if (rest != schema.end()) {
+      if (rest->is_boolean() && !rest->get<bool>()) {
+        if (tuple == schema.end()) fail(where + "/" + rest_key, "items false admits only the empty array: give maxItems 0");
+        const auto size = static_cast<int64_t>(prefix.size());
+        limit = limit >= 0 ? std::min(limit, size) : size;
+      } else {
+        items = compile(*rest, where + "/" + rest_key);
+      }
+    }
+    if (limit >= 0 && limit < min_items) fail(where, "minItems is more than the items the array may hold");
     GrammarNode& n = grammar_.nodes[node];
     n.min_items = min_items;
-    n.max_items = max_items;
+    n.max_items = limit;
     n.items = items;
+    n.prefix = std::move(prefix);
     return node;
   }
 
   int32_t object(const Json& schema, const std::string& where) {
     const int32_t node = add(node_of(Kind::kObject));
     bool additional = true;
-    if (const auto it = schema.find("additionalProperties"); it != schema.end()) {
-      if (!(it->is_boolean() && !it->get<bool>())) {
+    int32_t additional_node = -1;  // the free keys' values: any value
+    const auto extra = schema.find("additionalProperties");
+    if (extra != schema.end()) {
+      if (extra->is_boolean() && !extra->get<bool>()) {
+        additional = false;
+      } else if (schema.contains("properties")) {
         fail(where + "/additionalProperties",
-             "only additionalProperties false is supported (structured output writes the listed properties)");
+             "beside properties only additionalProperties false is supported (structured output writes the listed "
+             "properties)");
+      } else if (!extra->is_boolean()) {
+        additional_node = compile(*extra, where + "/additionalProperties");
       }
-      additional = false;
     }
     std::set<std::string> required;
     if (const auto it = schema.find("required"); it != schema.end()) {
@@ -371,6 +433,7 @@ class JsonGrammarBuilder::Compiler {
     if (props == schema.end()) {
       if (!required.empty()) fail(where + "/required", "required names properties the schema does not list");
       grammar_.nodes[node].free_keys = additional;
+      grammar_.nodes[node].additional = additional_node;
       return node;
     }
     if (!props->is_object()) fail(where + "/properties", "properties must be an object");

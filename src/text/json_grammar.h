@@ -11,19 +11,23 @@
 //   objects: properties (written in the order the schema lists them; required
 //   ones always, optional ones may be left out), required, additionalProperties
 //   false (also when absent, as OpenAI's strict mode requires: only the listed
-//   properties are written); an object with no properties and no
-//   additionalProperties false takes any keys and values;
-//   arrays: items, minItems, maxItems; strings: minLength, maxLength (code
+//   properties are written); an object with no properties takes any keys,
+//   their values any value or additionalProperties' schema (a map), none
+//   with additionalProperties false;
+//   arrays: items, prefixItems (a tuple: each of the first items its own
+//   schema, then items' or none with items false; draft 7's items as a
+//   list and additionalItems too), minItems, maxItems; strings: minLength, maxLength (code
 //   points; an escape counts as one), pattern (an ECMAScript regular
 //   expression, matched anywhere unless ^ / $ anchor it; regex_syntax.h says
 //   what is taken), format (json_string_formats.h: date, time, date-time,
 //   uuid, ipv4, email; one of pattern and format); integers: minimum,
-//   maximum, exclusiveMinimum, exclusiveMaximum (within ±9e15; a number's
-//   bounds are refused). A schema without type takes it from these keywords
-//   (an object's, an array's or a string's), else any value.
+//   maximum, exclusiveMinimum, exclusiveMaximum (within ±9e15); numbers:
+//   the same bounds (json_number_bounds.h: such a number is written without
+//   an exponent, in at most 15 digits). A schema without type takes it from
+//   these keywords (an object's, an array's or a string's), else any value.
 //   Annotations (title, description, default, examples, $schema, $id,
 //   $comment, deprecated, readOnly, writeOnly, strict) are ignored.
-// Anything else (a number's minimum, uniqueItems, ...) is refused with
+// Anything else (multipleOf, uniqueItems, ...) is refused with
 // Error(kInvalidArgument) naming the keyword and where it is, rather than
 // quietly not enforced.
 #pragma once
@@ -37,6 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/json_number_bounds.h"
 #include "text/regex_automaton.h"
 
 namespace tessera::text {
@@ -61,8 +66,10 @@ struct GrammarNode {
   };
   Kind kind = Kind::kAny;
   std::vector<Property> properties;  // kObject, at most kMaxAlternatives
-  bool free_keys = false;            // kObject: any keys, each with any value
-  int32_t items = -1;                // kArray
+  bool free_keys = false;            // kObject: any keys, each a value of `additional`
+  int32_t additional = -1;           // kObject with free keys: their values' node (-1: any value)
+  int32_t items = -1;                // kArray: the items after `prefix` (-1: any value)
+  std::vector<int32_t> prefix;       // kArray: the first items' nodes, one each (a tuple)
   int64_t min_items = 0, max_items = -1;    // kArray; -1: no bound
   int64_t min_length = 0, max_length = -1;  // kString; -1: no bound
   // kString: what its characters (escapes decoded) must match, lengths
@@ -70,6 +77,7 @@ struct GrammarNode {
   int32_t pattern = -1;
   bool has_minimum = false, has_maximum = false;  // kInteger: inclusive bounds
   int64_t minimum = 0, maximum = 0;
+  JsonNumberBounds number_bounds;                 // kNumber
   std::vector<std::string> literals;        // kLiterals, at most kMaxAlternatives
   bool raw = false;                         // kLiterals: text with no whitespace before it
   std::vector<int32_t> options;             // kAnyOf; kSequence: the parts, at least one

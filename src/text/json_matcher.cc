@@ -29,6 +29,17 @@ bool number_complete(uint8_t state) {
   return state == kZero || state == kInt || state == kFrac || state == kExpDigits;
 }
 
+// Where a bounded number (no exponent) is, for json_number_bounds.h.
+NumberPart number_part(uint8_t state) {
+  switch (state) {
+    case kZero: return NumberPart::kZero;
+    case kInt: return NumberPart::kInteger;
+    case kDot: return NumberPart::kPoint;
+    case kFrac: return NumberPart::kFraction;
+    default: return NumberPart::kSign;
+  }
+}
+
 Frame frame(FrameKind kind, int32_t node) {
   Frame f;
   f.kind = kind;
@@ -48,8 +59,10 @@ void for_each_bit(uint64_t bits, Fn fn) {
 }
 
 // The next number state after `c`, or kNoNumberState.
-uint8_t number_step(uint8_t state, uint8_t c, bool integer) {
-  const bool digit = is_digit(c), exponent = (c == 'e' || c == 'E') && !integer, dot = c == '.' && !integer;
+// `integer`: no fraction and no exponent; `bounded`: no exponent (json_number_bounds.h).
+uint8_t number_step(uint8_t state, uint8_t c, bool integer, bool bounded) {
+  const bool digit = is_digit(c), exponent = (c == 'e' || c == 'E') && !integer && !bounded;
+  const bool dot = c == '.' && !integer;
   switch (state) {
     case kStart: return c == '-' ? kMinus : c == '0' ? kZero : digit ? kInt : kNoNumberState;
     case kMinus: return c == '0' ? kZero : digit ? kInt : kNoNumberState;
@@ -319,7 +332,7 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
           case kObjectColon: {
             if (c != ':') return;
             f.state = kObjectAfterValue;
-            const int32_t value = n.free_keys ? JsonGrammar::kAnyValue : f.b;
+            const int32_t value = !n.free_keys ? f.b : n.additional >= 0 ? n.additional : JsonGrammar::kAnyValue;
             s.push_back(frame(FrameKind::kValue, value));
             return take();
           }
@@ -363,7 +376,11 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
       case FrameKind::kArray: {
         if (ws) return take_whitespace(f);
         const GrammarNode& n = nodes[f.node];
-        const int32_t items = n.items >= 0 ? n.items : JsonGrammar::kAnyValue;
+        // The node of item number `count` (from 1): its tuple position's, else items'.
+        const auto item = [&](int32_t count) {
+          const auto at = static_cast<size_t>(count - 1);
+          return at < n.prefix.size() ? n.prefix[at] : n.items >= 0 ? n.items : JsonGrammar::kAnyValue;
+        };
         f.whitespace = 0;
         if (f.state == kArrayOpen) {
           if (c == ']') {
@@ -374,13 +391,13 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
           if (n.max_items == 0) return;
           f.state = kArrayAfterValue;
           f.a = 1;
-          s.push_back(frame(FrameKind::kValue, items));
+          s.push_back(frame(FrameKind::kValue, item(1)));
           continue;  // the byte starts the first item
         }
         if (c == ',') {
           if (n.max_items >= 0 && f.a >= n.max_items) return;
           ++f.a;
-          s.push_back(frame(FrameKind::kValue, items));
+          s.push_back(frame(FrameKind::kValue, item(f.a)));
           return take();
         }
         if (c == ']' && f.a >= n.min_items) {
@@ -458,8 +475,24 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
         }
       }
       case FrameKind::kNumber: {
-        const bool too_long = is_digit(c) && f.a >= kMaxDigits;
-        uint8_t next = too_long ? uint8_t{kNoNumberState} : number_step(f.state, c, f.b != 0);
+        const JsonNumberBounds& bounds = nodes[f.node].number_bounds;
+        const bool bounded_number = nodes[f.node].kind == Kind::kNumber && bounds.any();
+        const bool too_long = is_digit(c) && f.a >= (bounded_number ? JsonNumberBounds::kMaxDigits : kMaxDigits);
+        uint8_t next = too_long ? uint8_t{kNoNumberState} : number_step(f.state, c, f.b != 0, bounded_number);
+        if (next != kNoNumberState && bounded_number) {
+          // Its sign in `pending`, its digits as one integer in `alive`, those after the point in `low`.
+          const bool negative = f.pending != 0 || c == '-';
+          const uint64_t digits = is_digit(c) ? f.alive * 10 + (c - '0') : f.alive;
+          const int count = f.a + (is_digit(c) ? 1 : 0);
+          const int fraction = f.low + (next == kFrac && is_digit(c) ? 1 : 0);
+          if (number_may_end_within(bounds, negative, number_part(next), digits, count, fraction)) {
+            f.pending = negative ? 1 : 0;
+            f.alive = digits;
+            f.low = static_cast<uint8_t>(fraction);
+          } else {
+            next = kNoNumberState;
+          }
+        }
         if (next != kNoNumberState && bounded(f)) {
           // An integer's magnitude so far in `alive`, its sign in `pending`.
           const bool negative = f.pending != 0 || c == '-';
@@ -549,6 +582,8 @@ bool JsonMatcher::bounded(const Frame& f) const {
 
 bool JsonMatcher::number_whole(const Frame& f) const {
   if (!number_complete(f.state)) return false;
+  const GrammarNode& n = grammar_->nodes[f.node];
+  if (n.kind == Kind::kNumber && n.number_bounds.any()) return n.number_bounds.contains(f.pending != 0, f.alive, f.low);
   if (!bounded(f)) return true;
   return in_range(magnitude_range(grammar_->nodes[f.node], f.pending != 0), f.alive);
 }

@@ -193,7 +193,8 @@ def body_cases():
                {"anyOf": [{"anyOf": [{"type": ["string", "null", "integer"]}] * 30}] * 30},
                {"type": "string", "pattern": "^(a"}, {"type": "string", "pattern": "(a|b)*a(a|b){20}"},
                {"type": "string", "format": "uri"}, {"type": "string", "pattern": 5},
-               {"type": "object", "additionalProperties": {"type": "string"}},
+               {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}},
+               {"type": "number", "minimum": 1e300}, {"type": "array", "prefixItems": 5},
                {"type": "string", "minLength": 5, "maxLength": 2}, False]
     for i, schema in enumerate(schemas):
         fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}

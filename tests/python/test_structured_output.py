@@ -171,6 +171,35 @@ def test_patterns_and_formats_hold_end_to_end(demo_server):
             validator.validate(json.loads(choice["text"]))
 
 
+SCORES = {
+    "type": "object",
+    "properties": {
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "delta": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 2.5},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        "pair": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 4}, {"type": "boolean"}],
+                 "items": False, "minItems": 2},
+    },
+    "required": ["confidence", "delta", "counts", "pair"],
+}
+
+
+def test_bounded_numbers_maps_and_tuples_end_to_end(demo_server):
+    # Pydantic's confloat(ge=0, le=1), dict[str, NonNegativeInt] and tuple[str, bool].
+    vocab = demo_vocab(demo_server)
+    bias = {str(vocab['"']): 6, str(vocab["}"]): 6}  # so that the map's free keys mostly end within max_tokens
+    stopped = 0
+    for seed in range(4):
+        body = complete(demo_server, max_tokens=500, temperature=1.0, seed=seed, n=2, logit_bias=bias,
+                        response_format=json_schema_format(SCORES))
+        for choice in body["choices"]:
+            if choice["finish_reason"] != "stop":
+                continue
+            stopped += 1
+            jsonschema.validate(json.loads(choice["text"]), SCORES)
+    assert stopped >= 5
+
+
 def test_vllms_guided_regex_is_matched_whole(demo_server):
     pattern = r"(yes|no), \d{1,3} (apples|pears)\."
     plain = complete(demo_server, max_tokens=20, temperature=1.0, seed=1)["choices"][0]["text"]

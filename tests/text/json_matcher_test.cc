@@ -200,17 +200,23 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
                      "c": {"pattern": "^(?:[a-z]{1000}){9}$"}}})",
                  "'#/properties/c/pattern': the pattern is too complex to enforce (its automaton passes 1998 states) "
                  "(the schema's patterns together may have 20000 automaton states; 1998 were left)");
-  expect_refused(R"({"type": "number", "minimum": 0})", "supported for integers only");
-  expect_refused(R"({"minimum": 0})", "bounds need");
+  expect_refused(R"({"type": "number", "minimum": 1e20})", "no number of at most 15 digits");
+  expect_refused(R"({"type": "number", "minimum": 0.5, "exclusiveMaximum": 0.5})", "no number of at most 15 digits");
+  expect_refused(R"({"type": "number", "maximum": "1"})", "maximum must be a number");
+  expect_refused(R"({"minimum": 0})", "bounds need a type");
   expect_refused(R"({"type": "integer", "multipleOf": 2})", "'multipleOf'");
   expect_refused(R"({"type": "integer", "minimum": 3.5, "maximum": 3.9})", "no integer lies between");
   expect_refused(R"({"type": "integer", "maximum": 1e20})", "within");
-  expect_refused(R"({"type": "object", "additionalProperties": true})", "only additionalProperties false");
+  expect_refused(R"({"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "integer"}})",
+                 "beside properties only additionalProperties false");
   expect_refused(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b' is required");
   expect_refused(R"({"$ref": "#/$defs/missing"})", "names nothing");
   expect_refused(R"({"$ref": "https://example.com/s.json"})", "only references into the same schema");
   expect_refused(R"({"type": "strin"})", "unknown type 'strin'");
-  expect_refused(R"({"type": "array", "items": [{}, {}]})", "tuples");
+  expect_refused(R"({"type": "array", "items": [{}], "prefixItems": [{}]})", "items as a list beside prefixItems");
+  expect_refused(R"({"type": "array", "items": false, "minItems": 1})", "items false admits only the empty array");
+  expect_refused(R"({"prefixItems": [{}], "items": false, "minItems": 2})", "minItems is more than");
+  expect_refused(R"({"type": "array", "additionalItems": false})", "additionalItems needs items as a list");
   expect_refused(R"({"allOf": [{}, {}]})", "allOf is supported with one schema only");
   expect_refused(R"({"type": "string", "minLength": 3, "maxLength": 2})", "maxLength is below minLength");
   expect_refused(R"({"type": "string", "maxLength": -1})", "non-negative");
@@ -225,6 +231,40 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
   }
   expect_refused(wide.dump(), "open 128 alternatives at once");
   expect_refused(R"(3)", "must be an object or a boolean");
+}
+
+TEST(JsonMatcher, DraftSevenTuplesAndMapsOfASchema) {
+  // items as a list, then additionalItems: draft 7's form of prefixItems.
+  const JsonGrammar pair = compile_json_schema(
+      Json::parse(R"({"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": false})"));
+  EXPECT_TRUE(takes(pair, R"([1, "a"])"));
+  EXPECT_FALSE(takes(pair, R"(["a", 1])"));
+  EXPECT_FALSE(takes(pair, R"([1, "a", 2])"));
+  const JsonGrammar counts =
+      compile_json_schema(Json::parse(R"({"type": "object", "additionalProperties": {"type": "integer"}})"));
+  EXPECT_TRUE(takes(counts, R"({"apples": 3, "pears": 0})"));
+  EXPECT_FALSE(takes(counts, R"({"apples": "3"})"));
+}
+
+TEST(JsonMatcher, ANumbersBoundsHoldAtEachDigit) {
+  const JsonGrammar third = compile_json_schema(Json::parse(R"({"type": "number", "minimum": 0.1, "maximum": 0.3})"));
+  const auto prefix_taken = [&](const char* text) { return JsonMatcher(third).advance(std::string_view(text)); };
+  EXPECT_TRUE(takes(third, "0.3"));
+  EXPECT_TRUE(takes(third, "0.1"));        // read as the same double as the bound
+  EXPECT_TRUE(takes(third, "0.2999"));
+  EXPECT_FALSE(prefix_taken("0.31"));      // refused at its last digit
+  EXPECT_FALSE(prefix_taken("0.0"));       // nothing from 0.0 on reaches 0.1
+  EXPECT_FALSE(prefix_taken("1"));
+  EXPECT_FALSE(prefix_taken("-"));
+  EXPECT_FALSE(prefix_taken("0.2e"));      // no exponent under bounds
+  EXPECT_FALSE(takes(third, "0.30000000000001"));
+  EXPECT_FALSE(prefix_taken("0.1000000000000001"));  // past 15 digits
+  const JsonGrammar open = compile_json_schema(
+      Json::parse(R"({"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 2.5})"));
+  EXPECT_FALSE(takes(open, "2.5"));
+  EXPECT_TRUE(takes(open, "2.49"));
+  EXPECT_TRUE(takes(open, "-0"));
+  EXPECT_FALSE(JsonMatcher(open).advance(std::string_view("-3")));
 }
 
 TEST(JsonGrammar, IgnoresAnnotations) {

@@ -104,7 +104,7 @@ TEST(PatternGrammar, GuidedRegexIsTheWholeText) {
 }
 
 // Random walks over allowed tokens: at every state some token is allowed or
-// the text may end.
+// the text may end. (Bounded numbers, tuples and maps ride along.)
 TEST(PatternGrammar, AllowedTokensNeverLeadIntoADeadEnd) {
   std::vector<std::pair<std::string, std::shared_ptr<GrammarVocabulary>>> vocabularies;
   const auto demo_dir = testing::real_tokenizer_root() / "pattern_demo";
@@ -119,7 +119,15 @@ TEST(PatternGrammar, AllowedTokensNeverLeadIntoADeadEnd) {
             "code": {"pattern": "^[A-Z]{2}-\\d{3}$"}, "q": {"pattern": "^[\"\\\\a]{2,4}$"}},
             "required": ["when", "mail", "code", "q"]})",
         R"({"type": "array", "items": {"type": "string", "pattern": "x\\s*y", "maxLength": 6}, "maxItems": 3})",
-        R"({"type": "string", "pattern": "^[\\u0400-\\u04FF ]{3,8}$"})"}) {
+        R"({"type": "string", "pattern": "^[\\u0400-\\u04FF ]{3,8}$"})",
+        // Bounded numbers, a tuple and a map (not patterns, but as prone to dead ends).
+        R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0.1, "maximum": 0.3},
+            "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 2.5},
+            "pair": {"prefixItems": [{"type": "integer", "minimum": 3, "maximum": 7},
+                                     {"type": "number", "minimum": 999.5, "maximum": 1000}], "items": false,
+                     "minItems": 2},
+            "m": {"type": "object", "additionalProperties": {"type": "number", "maximum": -1}}},
+            "required": ["p", "t", "pair", "m"]})"}) {
     grammars.push_back(std::make_shared<const JsonGrammar>(schema(text)));
   }
   for (const char* pattern : {R"(Answer: (A|B|C|D))", R"([a-z]+@[a-z]+\.(com|org))", R"(\d{1,3}(,\d{3})*)"}) {
