@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace tessera::backend {
@@ -48,6 +49,10 @@ struct SamplingBatch {
   // clear becomes -inf, as the Sampler's SampleInputs::allowed does.
   std::vector<int32_t> allowed_rows;
   std::vector<uint64_t> allowed;
+  // Where set, the sampler calls it for `allowed` instead, as late as it
+  // can (after the step's forward is launched): the engine works the sets out
+  // while the device runs the forward.
+  std::function<void(std::vector<uint64_t>& allowed)> make_allowed;
 };
 
 }  // namespace tessera::backend

@@ -67,25 +67,31 @@ std::optional<backend::SamplingBatch> device_sampling_batch(const StepPlan& plan
     if (seq->request.constraint) batch.allowed_rows.push_back(row);
     batch.rows.push_back(seq->sampler.device_row());
   }
-  // The structured outputs' masks, made here and applied there: each costs
-  // 0.02-3 ms on a vocabulary of 10^5, so many of them take OpenMP's threads
-  // as the host path's rows do.
-  const auto words = static_cast<size_t>((vocab + 63) / 64);
-  batch.allowed.resize(batch.allowed_rows.size() * words);
-  const auto masks = static_cast<int64_t>(batch.allowed_rows.size());
-  std::exception_ptr failure;
+  if (batch.allowed_rows.empty()) return batch;
+  // The structured outputs' masks, applied there and made when the device
+  // sampler asks, while the step's forward runs: each costs 0.02-3 ms on a
+  // vocabulary of 10^5, so many of them take OpenMP's threads as the host
+  // path's rows do. The sequences and the stop config stay put until the
+  // step is done.
+  std::vector<const Sequence*> constrained;
+  for (int32_t row : batch.allowed_rows) constrained.push_back(seqs[static_cast<size_t>(row)]);
+  batch.make_allowed = [constrained, &stop = scheduler.stop_config(), vocab](std::vector<uint64_t>& out) {
+    const auto words = static_cast<size_t>((vocab + 63) / 64);
+    out.assign(constrained.size() * words, 0);
+    const auto masks = static_cast<int64_t>(constrained.size());
+    std::exception_ptr failure;
 #pragma omp parallel for schedule(dynamic) if (masks >= 2 && vocab >= 4096)
-  for (int64_t k = 0; k < masks; ++k) {
-    try {
-      const std::vector<uint64_t> allowed =
-          allowed_ids(*seqs[static_cast<size_t>(batch.allowed_rows[k])], scheduler.stop_config(), vocab);
-      std::copy(allowed.begin(), allowed.end(), batch.allowed.begin() + static_cast<std::ptrdiff_t>(k * words));
-    } catch (...) {
+    for (int64_t k = 0; k < masks; ++k) {
+      try {
+        const std::vector<uint64_t> allowed = allowed_ids(*constrained[static_cast<size_t>(k)], stop, vocab);
+        std::copy(allowed.begin(), allowed.end(), out.begin() + static_cast<std::ptrdiff_t>(k * words));
+      } catch (...) {
 #pragma omp critical(tessera_device_masks_failure)
-      if (!failure) failure = std::current_exception();
+        if (!failure) failure = std::current_exception();
+      }
     }
-  }
-  if (failure) std::rethrow_exception(failure);
+    if (failure) std::rethrow_exception(failure);
+  };
   return batch;
 }
 

@@ -17,7 +17,8 @@ namespace tessera::engine {
 // For an executor that samples on its device: one row per sampling chunk, in
 // plan order (its parameters, its penalties, logit_bias and min_tokens masks
 // as edits, a structured output's allowed ids from its constraint's current
-// state, and the uniform number its request's generator draws for it);
+// state, made when the sampler calls make_allowed, and the uniform number its
+// request's generator draws for it);
 // nullopt, drawing nothing, when a chunk asks for logprobs or prompt logprobs (they need the
 // logits on the host). `vocab`: the logits rows' size. Call after
 // schedule(), before execute().

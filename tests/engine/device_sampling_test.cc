@@ -30,6 +30,11 @@ class DeviceExecutor : public FakeExecutor {
       return FakeExecutor::execute(plan);
     }
     batches.push_back(*plan.device_sampling);
+    backend::SamplingBatch& seen = batches.back();
+    if (seen.make_allowed) {  // as a device sampler does, once the forward is under way
+      seen.make_allowed(seen.allowed);
+      seen.make_allowed = nullptr;
+    }
     StepOutput out;
     int32_t row = 0;
     for (const ScheduledChunk& c : plan.chunks) {
@@ -42,7 +47,7 @@ class DeviceExecutor : public FakeExecutor {
         for (const backend::LogitEdit& e : plan.device_sampling->edits) {
           if (e.row == row && e.id == token && e.masked != 0) token = (c.token_ids.back() + 2) % vocab_size();
         }
-        out.token_ids.push_back(first_allowed(*plan.device_sampling, row, token));
+        out.token_ids.push_back(first_allowed(seen, row, token));
       }
       ++row;
     }

@@ -540,13 +540,17 @@ class CudaBackend final : public Backend {
                                      stream_);
     }
     if (!sampling.allowed_rows.empty()) {
+      // The forward is in flight: the host works out the sets meanwhile.
+      std::vector<uint64_t> made;
+      if (sampling.make_allowed) sampling.make_allowed(made);
+      const std::vector<uint64_t>& bits = sampling.make_allowed ? made : sampling.allowed;
       const auto count = static_cast<int64_t>(sampling.allowed_rows.size());
-      TESSERA_CHECK(static_cast<int64_t>(sampling.allowed.size()) == count * ((vocab + 63) / 64));
+      TESSERA_CHECK(static_cast<int64_t>(bits.size()) == count * ((vocab + 63) / 64));
       for (int32_t r : sampling.allowed_rows) TESSERA_CHECK(r >= 0 && r < m);
       const auto* allowed_rows = static_cast<const int32_t*>(
           upload_bytes(allowed_rows_, sampling.allowed_rows.data(), sampling.allowed_rows.size() * sizeof(int32_t)));
-      const auto* allowed = static_cast<const uint64_t*>(
-          upload_bytes(allowed_bits_, sampling.allowed.data(), sampling.allowed.size() * sizeof(uint64_t)));
+      const auto* allowed =
+          static_cast<const uint64_t*>(upload_bytes(allowed_bits_, bits.data(), bits.size() * sizeof(uint64_t)));
       cuda::launch_apply_allowed(ptr<float>(logits), vocab, allowed_rows, allowed, count, stream_);
     }
     if (!sampled_ids_.defined() || sampled_ids_.numel() < m) sampled_ids_ = Tensor::empty({m}, DType::kI32, *allocator_);
