@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../test_paths.h"
+#include "hex_text.h"
 #include "real_tokenizers.h"
 #include "text/demo_tokenizer.h"
 #include "text/grammar_vocabulary.h"
@@ -92,11 +93,7 @@ TEST(GrammarVocabulary, FindsTheTokensTheMatcherTakes) {
     for (const Json& schema_case : fixture["cases"]) {
       const JsonGrammar grammar =
           schema_case["schema"].is_null() ? any_json_object() : compile_json_schema(schema_case["schema"]);
-      const std::string hex = schema_case["documents"][0]["hex"].get<std::string>();
-      std::string text;
-      for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-        text += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-      }
+      const std::string text = testing::from_hex(schema_case["documents"][0]["hex"].get<std::string>());
       JsonMatcher matcher(grammar);
       PatternMaskCache cache;
       for (size_t at = 0; at <= text.size(); ++at) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../test_paths.h"
+#include "hex_text.h"
 #include "core/error.h"
 #include "text/json_grammar.h"
 #include "text/json_matcher.h"
@@ -20,11 +21,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string from_hex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-  return out;
-}
+using testing::from_hex;
 
 // Every byte taken and the value whole.
 bool takes(const JsonGrammar& grammar, const std::string& text) {

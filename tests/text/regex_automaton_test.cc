@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../test_paths.h"
+#include "hex_text.h"
 #include "core/error.h"
 #include "text/regex_automaton.h"
 #include "text/utf8.h"
@@ -22,11 +23,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string from_hex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-  return out;
-}
+using testing::from_hex;
 
 // The state after `bytes`, or kDead.
 int32_t run(const RegexAutomaton& automaton, std::string_view bytes) {
@@ -68,7 +65,7 @@ TEST(RegexAutomaton, AgreesWithPythonsRegexEngines) {
     SCOPED_TRACE(pattern);
     const auto automaton = RegexAutomaton::compile(pattern, options_of(c));
     for (const Json& s : c["strings"]) {
-      const std::string text = from_hex(s["hex"]);
+      const std::string text = from_hex(s["hex"].get<std::string>());
       SCOPED_TRACE(text);
       const bool match = s["match"].get<bool>();
       matching += match ? 1 : 0;
