@@ -110,7 +110,8 @@ SCHEMAS = {
     },
     # Maps and tuples.
     "map_of_small_integers": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0,
-                                                                          "maximum": 99}},
+                                                                          "maximum": 99},
+                              "minProperties": 1, "maxProperties": 3},
     "tuple": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 3},
                                                {"enum": ["x", "y"]}], "items": False, "minItems": 2},
     "tuple_then_numbers": {"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "null"}],
@@ -301,7 +302,8 @@ def value_text(rng, root, schema, depth=0):
             return "{" + whitespace(rng) + "}"
         values = (lambda: value_text(rng, root, extra, depth + 1)) if isinstance(extra, dict) else (
             lambda: any_text(rng, depth + 1))
-        members = [(string_text(rng), values()) for _ in range(rng.randint(0, 3))]
+        low = schema.get("minProperties", 0)
+        members = [(string_text(rng), values()) for _ in range(rng.randint(low, schema.get("maxProperties", low + 3)))]
         return object_text(rng, members)
     required = set(schema.get("required", []))
     members = []

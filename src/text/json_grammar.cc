@@ -28,7 +28,8 @@ const std::set<std::string> kCompiled = {"type",  "enum",     "const",    "anyOf
                                          "allOf", "$ref",     "properties", "required", "additionalProperties",
                                          "items", "minItems", "maxItems", "minLength", "maxLength",
                                          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                         "pattern", "format", "prefixItems", "additionalItems"};
+                                         "pattern", "format", "prefixItems", "additionalItems", "minProperties",
+                                         "maxProperties"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 bool has_bounds(const nlohmann::ordered_json& schema) {
@@ -143,7 +144,9 @@ class JsonGrammarBuilder::Compiler {
     }
     const auto type = schema.find("type");
     if (type == schema.end()) {
-      if (schema.contains("properties") || schema.contains("required")) return typed(schema, "object", where);
+      for (const char* key : {"properties", "required", "additionalProperties", "minProperties", "maxProperties"}) {
+        if (schema.contains(key)) return typed(schema, "object", where);
+      }
       if (schema.contains("items") || schema.contains("prefixItems") || schema.contains("minItems") ||
           schema.contains("maxItems")) {
         return typed(schema, "array", where);
@@ -430,11 +433,21 @@ class JsonGrammarBuilder::Compiler {
       }
     }
     const auto props = schema.find("properties");
+    const int64_t min_properties = std::max<int64_t>(0, count(schema, "minProperties", where));
+    const int64_t max_properties = count(schema, "maxProperties", where);
     if (props == schema.end()) {
       if (!required.empty()) fail(where + "/required", "required names properties the schema does not list");
-      grammar_.nodes[node].free_keys = additional;
-      grammar_.nodes[node].additional = additional_node;
+      if (max_properties >= 0 && max_properties < min_properties) fail(where, "maxProperties is below minProperties");
+      if (!additional && min_properties > 0) fail(where, "minProperties beside additionalProperties false admits nothing");
+      GrammarNode& n = grammar_.nodes[node];
+      n.free_keys = additional;
+      n.additional = additional_node;
+      n.min_properties = min_properties;
+      n.max_properties = max_properties;
       return node;
+    }
+    if (schema.contains("minProperties") || schema.contains("maxProperties")) {
+      fail(where, "minProperties and maxProperties are supported on objects without properties (maps)");
     }
     if (!props->is_object()) fail(where + "/properties", "properties must be an object");
     if (props->size() > JsonGrammar::kMaxAlternatives) {

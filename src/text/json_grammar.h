@@ -12,8 +12,9 @@
 //   ones always, optional ones may be left out), required, additionalProperties
 //   false (also when absent, as OpenAI's strict mode requires: only the listed
 //   properties are written); an object with no properties takes any keys,
-//   their values any value or additionalProperties' schema (a map), none
-//   with additionalProperties false;
+//   their values any value or additionalProperties' schema (a map), as many
+//   as minProperties and maxProperties allow, none with additionalProperties
+//   false;
 //   arrays: items, prefixItems (a tuple: each of the first items its own
 //   schema, then items' or none with items false; draft 7's items as a
 //   list and additionalItems too), minItems, maxItems; strings: minLength, maxLength (code
@@ -68,6 +69,7 @@ struct GrammarNode {
   std::vector<Property> properties;  // kObject, at most kMaxAlternatives
   bool free_keys = false;            // kObject: any keys, each a value of `additional`
   int32_t additional = -1;           // kObject with free keys: their values' node (-1: any value)
+  int64_t min_properties = 0, max_properties = -1;  // kObject with free keys: how many; -1: no bound
   int32_t items = -1;                // kArray: the items after `prefix` (-1: any value)
   std::vector<int32_t> prefix;       // kArray: the first items' nodes, one each (a tuple)
   int64_t min_items = 0, max_items = -1;    // kArray; -1: no bound

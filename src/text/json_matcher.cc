@@ -206,7 +206,7 @@ uint64_t JsonMatcher::key_window(const Frame& f) const {
 
 bool JsonMatcher::may_close_object(const Frame& f) const {
   const GrammarNode& n = grammar_->nodes[f.node];
-  if (n.free_keys) return true;
+  if (n.free_keys) return f.a >= n.min_properties;  // a map's `a`: its keys so far
   for (size_t i = static_cast<size_t>(f.a); i < n.properties.size(); ++i) {
     if (n.properties[i].required) return false;
   }
@@ -320,6 +320,8 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
             if (c != '"') return;
             f.state = kObjectColon;
             if (n.free_keys) {
+              if (n.max_properties >= 0 && f.a >= n.max_properties) return;
+              ++f.a;
               s.push_back(frame(FrameKind::kString, JsonGrammar::kAnyString));
             } else {
               const uint64_t window = key_window(f);
@@ -338,7 +340,7 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
           }
           default:  // kObjectAfterValue
             if (c == ',') {
-              if (!n.free_keys && key_window(f) == 0) return;
+              if (n.free_keys ? n.max_properties >= 0 && f.a >= n.max_properties : key_window(f) == 0) return;
               f.state = kObjectNextKey;
               return take();
             }

@@ -176,7 +176,7 @@ SCORES = {
     "properties": {
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
         "delta": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 2.5},
-        "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "maxProperties": 2},
         "pair": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 4}, {"type": "boolean"}],
                  "items": False, "minItems": 2},
     },

@@ -214,6 +214,8 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
   expect_refused(R"({"type": "array", "items": false, "minItems": 1})", "items false admits only the empty array");
   expect_refused(R"({"prefixItems": [{}], "items": false, "minItems": 2})", "minItems is more than");
   expect_refused(R"({"type": "array", "additionalItems": false})", "additionalItems needs items as a list");
+  expect_refused(R"({"properties": {"a": {}}, "maxProperties": 1})", "supported on objects without properties");
+  expect_refused(R"({"type": "object", "minProperties": 3, "maxProperties": 2})", "maxProperties is below");
   expect_refused(R"({"allOf": [{}, {}]})", "allOf is supported with one schema only");
   expect_refused(R"({"type": "string", "minLength": 3, "maxLength": 2})", "maxLength is below minLength");
   expect_refused(R"({"type": "string", "maxLength": -1})", "non-negative");
@@ -241,6 +243,12 @@ TEST(JsonMatcher, DraftSevenTuplesAndMapsOfASchema) {
       compile_json_schema(Json::parse(R"({"type": "object", "additionalProperties": {"type": "integer"}})"));
   EXPECT_TRUE(takes(counts, R"({"apples": 3, "pears": 0})"));
   EXPECT_FALSE(takes(counts, R"({"apples": "3"})"));
+  const JsonGrammar one_or_two = compile_json_schema(Json::parse(R"({"additionalProperties": {"type": "null"},
+                                                                      "minProperties": 1, "maxProperties": 2})"));
+  EXPECT_FALSE(takes(one_or_two, "{}"));
+  EXPECT_TRUE(takes(one_or_two, R"({"a": null})"));
+  EXPECT_TRUE(takes(one_or_two, R"({"a": null, "b": null})"));
+  EXPECT_FALSE(JsonMatcher(one_or_two).advance(std::string_view(R"({"a": null, "b": null,)")));
 }
 
 TEST(JsonMatcher, ANumbersBoundsHoldAtEachDigit) {
