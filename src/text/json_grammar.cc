@@ -287,17 +287,20 @@ class JsonGrammarBuilder::Compiler {
     }
     const size_t left = JsonGrammar::kMaxPatternStates - pattern_states_;
     const size_t cap = std::min(RegexAutomaton::kMaxStates, left);
+    const uint64_t work_cap = std::min(RegexAutomaton::kMaxWork, JsonGrammar::kMaxPatternWork - pattern_work_);
     try {
       std::shared_ptr<const RegexAutomaton> automaton = RegexAutomaton::compile(
-          text, {RegexDialect::kEcmaScript, /*search=*/true, /*json_string=*/true, cap});
+          text, {RegexDialect::kEcmaScript, /*search=*/true, /*json_string=*/true, cap, work_cap});
+      pattern_work_ += automaton->build_work();
       if (min_length > 0 || max_length >= 0) automaton = automaton->with_length(min_length, max_length, cap);
       pattern_states_ += automaton->states();
       return add_pattern(std::move(automaton));
     } catch (const Error& e) {
       const std::string budget =
-          cap < RegexAutomaton::kMaxStates
-              ? fmt::format(" (the schema's patterns together may have {} automaton states; {} were left)",
-                            JsonGrammar::kMaxPatternStates, left)
+          cap < RegexAutomaton::kMaxStates || work_cap < RegexAutomaton::kMaxWork
+              ? fmt::format(" (the schema's patterns share one budget: {} automaton states, {} left, and {} steps to "
+                            "build them)",
+                            JsonGrammar::kMaxPatternStates, left, JsonGrammar::kMaxPatternWork)
               : std::string();
       fail(where + "/" + key, e.message() + budget);
     }
@@ -471,6 +474,7 @@ class JsonGrammarBuilder::Compiler {
   const Json* root_ = nullptr;
   std::string label_;
   size_t pattern_states_ = 0;  // the automata's states so far, against JsonGrammar::kMaxPatternStates
+  uint64_t pattern_work_ = 0;  // and their construction's steps, against JsonGrammar::kMaxPatternWork
   JsonGrammar grammar_;
   std::map<std::string, int32_t> refs_;
 };

@@ -92,6 +92,8 @@ struct JsonGrammar {
   // Automaton states of all of a grammar's patterns together (each state a
   // row of up to 256 transitions): what one request may make the server hold.
   static constexpr size_t kMaxPatternStates = 20000;
+  // And the steps of building them (RegexOptions::max_work): about 0.2 s.
+  static constexpr uint64_t kMaxPatternWork = 8000000;
   // Nodes every grammar has, at these indices.
   static constexpr int32_t kAnyValue = 0, kAnyObject = 1, kAnyArray = 2, kBoolean = 3, kNull = 4, kAnyString = 5;
 

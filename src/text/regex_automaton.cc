@@ -256,8 +256,8 @@ RegexNode without_anchors(RegexNode root, bool search, const Ranges& any) {
 
 class RegexAutomatonBuilder {
  public:
-  RegexAutomatonBuilder(const Nfa& nfa, int32_t start, int32_t accept, size_t max_states)
-      : nfa_(nfa), accept_(accept), max_states_(max_states), mark_(nfa.states.size(), 0) {
+  RegexAutomatonBuilder(const Nfa& nfa, int32_t start, int32_t accept, size_t max_states, uint64_t max_work)
+      : nfa_(nfa), accept_(accept), max_states_(max_states), max_work_(max_work), mark_(nfa.states.size(), 0) {
     set_byte_classes();
     id_of(closure({start}));
   }
@@ -284,7 +284,9 @@ class RegexAutomatonBuilder {
     for (const std::vector<int32_t>& set : sets_) {
       accepting.push_back(std::binary_search(set.begin(), set.end(), accept_) ? 1 : 0);
     }
-    return RegexAutomaton::pruned(class_of_, classes_, table_, accepting);
+    std::shared_ptr<RegexAutomaton> out = RegexAutomaton::pruned(class_of_, classes_, table_, accepting);
+    out->build_work_ = work_;
+    return out;
   }
 
  private:
@@ -316,6 +318,12 @@ class RegexAutomatonBuilder {
       stack.pop_back();
       if (mark_[static_cast<size_t>(s)] == stamp_) continue;
       mark_[static_cast<size_t>(s)] = stamp_;
+      // The construction's time is its closures' states: bounded, so that no
+      // pattern holds a request's thread for long.
+      if (++work_ > max_work_) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    "the pattern is too complex to enforce (building its automaton takes too long)");
+      }
       const Nfa::State& state = nfa_.states[static_cast<size_t>(s)];
       if (state.next >= 0 || s == accept_) out.push_back(s);
       for (int32_t t : state.epsilon) stack.push_back(t);
@@ -340,8 +348,10 @@ class RegexAutomatonBuilder {
   const Nfa& nfa_;
   int32_t accept_;
   size_t max_states_;
+  uint64_t max_work_;
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
+  uint64_t work_ = 0;  // states visited by the closures so far
   std::array<uint8_t, 256> class_of_{};
   std::vector<uint8_t> representative_;
   size_t classes_ = 0;
@@ -350,7 +360,7 @@ class RegexAutomatonBuilder {
   std::vector<int32_t> table_;              // [states][classes]
 };
 
-std::shared_ptr<const RegexAutomaton> RegexAutomaton::pruned(const std::array<uint8_t, 256>& class_of,
+std::shared_ptr<RegexAutomaton> RegexAutomaton::pruned(const std::array<uint8_t, 256>& class_of,
                                                              size_t classes, const std::vector<int32_t>& table,
                                                              const std::vector<uint8_t>& accepting) {
   const size_t n = accepting.size();
@@ -458,7 +468,7 @@ std::shared_ptr<const RegexAutomaton> RegexAutomaton::compile(std::string_view p
   if (options.json_string) keep_only(root, json_characters);
   Nfa nfa;
   const Nfa::Fragment whole = nfa.build(root);
-  return RegexAutomatonBuilder(nfa, whole.start, whole.end, options.max_states).build();
+  return RegexAutomatonBuilder(nfa, whole.start, whole.end, options.max_states, options.max_work).build();
 }
 
 }  // namespace tessera::text

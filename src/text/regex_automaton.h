@@ -34,9 +34,12 @@ struct RegexOptions {
   // Only characters a JSON string writes (no control characters but \b, \t,
   // \n, \f, \r, which have short escapes): what JsonMatcher can emit there.
   bool json_string = false;
-  // A pattern whose automaton would pass this many states is refused (a
-  // grammar passes what is left of its budget for all its patterns).
+  // A pattern whose automaton would pass this many states, or take more
+  // than max_work steps to build (closure states visited, about 30 ms a
+  // million), is refused; a grammar passes what is left of its budget for
+  // all its patterns.
   size_t max_states = 10000;
+  uint64_t max_work = 4000000;
 };
 
 class RegexAutomaton {
@@ -44,6 +47,7 @@ class RegexAutomaton {
   static constexpr int32_t kDead = -1;
   static constexpr size_t kMaxStates = RegexOptions{}.max_states;
   static constexpr size_t kMaxNfaStates = 200000;
+  static constexpr uint64_t kMaxWork = RegexOptions{}.max_work;
 
   // Throws Error(kInvalidArgument) for a pattern that is malformed, not
   // supported, too large, or that no string (no string a JSON string can
@@ -66,6 +70,7 @@ class RegexAutomaton {
   std::shared_ptr<const RegexAutomaton> with_length(int64_t min_length, int64_t max_length,
                                                     size_t max_states = kMaxStates) const;
   size_t states() const { return accepting_.size(); }
+  uint64_t build_work() const { return build_work_; }  // the construction's steps (RegexOptions::max_work)
   size_t byte_classes() const { return classes_; }
 
  private:
@@ -73,7 +78,7 @@ class RegexAutomaton {
   friend class RegexAutomatonBuilder;
   // The automaton of `table` ([states][classes]) and `accepting` without the
   // states that reach no match (state 0, the start, must reach one).
-  static std::shared_ptr<const RegexAutomaton> pruned(const std::array<uint8_t, 256>& class_of, size_t classes,
+  static std::shared_ptr<RegexAutomaton> pruned(const std::array<uint8_t, 256>& class_of, size_t classes,
                                                       const std::vector<int32_t>& table,
                                                       const std::vector<uint8_t>& accepting);
 
@@ -82,6 +87,7 @@ class RegexAutomaton {
   std::vector<int32_t> table_;      // [states][classes] the next state, kDead
   std::vector<uint8_t> accepting_;  // [states]
   std::vector<uint8_t> extendable_; // [states]
+  uint64_t build_work_ = 0;
 };
 
 }  // namespace tessera::text

@@ -196,7 +196,7 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
   expect_refused(R"({"properties": {"a": {"pattern": "^(?:[a-z]{1000}){9}$"}, "b": {"pattern": "^(?:[a-z]{1000}){9}$"},
                      "c": {"pattern": "^(?:[a-z]{1000}){9}$"}}})",
                  "'#/properties/c/pattern': the pattern is too complex to enforce (its automaton passes 1998 states) "
-                 "(the schema's patterns together may have 20000 automaton states; 1998 were left)");
+                 "(the schema's patterns share one budget: 20000 automaton states, 1998 left");
   expect_refused(R"({"type": "number", "minimum": 1e20})", "no number of at most 15 digits");
   expect_refused(R"({"type": "number", "minimum": 0.5, "exclusiveMaximum": 0.5})", "no number of at most 15 digits");
   expect_refused(R"({"type": "number", "maximum": "1"})", "maximum must be a number");
