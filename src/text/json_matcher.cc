@@ -630,15 +630,9 @@ bool JsonMatcher::done() const {
 }
 
 bool JsonMatcher::in_plain_string() const {
-  uint32_t begin = 0;
-  for (uint32_t end : ends_) {
-    if (end == begin) return false;
-    const Frame& top = frames_[end - 1];
-    if (top.kind != FrameKind::kString || top.state != kChars) return false;
-    if (grammar_->nodes[top.node].max_length >= 0 || grammar_->nodes[top.node].pattern >= 0) return false;
-    begin = end;
-  }
-  return !ends_.empty();
+  bool any_plain = false;
+  std::vector<PatternState> patterns;
+  return in_string(any_plain, patterns) && patterns.empty();
 }
 
 bool JsonMatcher::in_string(bool& any_plain, std::vector<PatternState>& patterns) const {

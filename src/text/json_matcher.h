@@ -44,8 +44,8 @@ class JsonMatcher {
   bool can_end() const;
   // A whole value that no byte may extend: the output must end here.
   bool done() const;
-  // Every alternative is inside a string with no length bound, between two
-  // characters: any token of plain string bytes (no '"', no '\\', no control
+  // Every alternative is inside a string with no length bound and no
+  // pattern, between two characters: any token of plain string bytes (no '"', no '\\', no control
   // byte, whole UTF-8 characters) may come next, and changes nothing that
   // matters for the next token's choice but the bytes themselves.
   bool in_plain_string() const;
