@@ -10,6 +10,7 @@ conform.
 
 import json
 import re
+from email.headerregistry import Address
 
 import jsonschema
 import openai
@@ -162,13 +163,21 @@ def test_patterns_and_formats_hold_end_to_end(demo_server):
     # The reference: jsonschema's draft 2020-12 format checks (time and
     # date-time through rfc3339-validator), which check formats only when asked.
     validator = jsonschema.Draft202012Validator(PATTERNS, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-    assert not validator.is_valid({**dict.fromkeys(PATTERNS["required"], "x")})
+    good = {"code": "AB-123", "day": "2024-02-29", "at": "2024-02-29T12:00:00Z",
+            "id": "123e4567-e89b-12d3-a456-426614174000", "ip": "10.0.0.1", "mail": "a@b.io", "word": "abc"}
+    assert validator.is_valid(good)
+    # Each format is checked: a value that breaks only it is refused (date-time needs rfc3339-validator).
+    # jsonschema's email check wants only an "@"; the standard library's address parser is the stricter reference.
+    for key, bad in [("day", "2023-02-29"), ("at", "2024-02-29 12:00:00"), ("id", "123"), ("ip", "1.2.3.256")]:
+        assert not validator.is_valid({**good, key: bad}), key
     for seed in range(3):
         body = complete(demo_server, max_tokens=500, temperature=1.0, seed=seed, n=2,
                         response_format=json_schema_format(PATTERNS))
         for choice in body["choices"]:
             assert choice["finish_reason"] == "stop", choice
-            validator.validate(json.loads(choice["text"]))
+            value = json.loads(choice["text"])
+            validator.validate(value)
+            assert Address(addr_spec=value["mail"]).addr_spec == value["mail"]
 
 
 SCORES = {
