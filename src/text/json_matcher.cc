@@ -78,36 +78,38 @@ uint8_t number_step(uint8_t state, uint8_t c, bool integer, bool bounded) {
 }
 
 // An integer's bounds, as the range of its magnitude x (the digits written so
-// far, and those to come) for the sign it has: [low, high], high < 0 for none.
+// far, and those to come) for the sign it has: [low, high], or [low, ∞)
+// without `capped`. (A sentinel high would collide: minimum 1 leaves the
+// negative side high = -1, an empty range, not an unbounded one.)
 struct MagnitudeRange {
-  __int128 low, high;
+  __int128 low = 0, high = 0;
+  bool capped = false;
 };
-constexpr __int128 kUnbounded = -1;
 
 MagnitudeRange magnitude_range(const GrammarNode& n, bool negative) {
   // value = x, or -x when negative: x in [min, max], or in [-max, -min].
-  __int128 low = 0, high = kUnbounded;
+  MagnitudeRange r;
   if (!negative) {
-    if (n.has_minimum) low = std::max<__int128>(0, n.minimum);
-    if (n.has_maximum) high = n.maximum;
+    if (n.has_minimum) r.low = std::max<__int128>(0, n.minimum);
+    if (n.has_maximum) r.high = n.maximum, r.capped = true;
   } else {
-    if (n.has_maximum) low = std::max<__int128>(0, -static_cast<__int128>(n.maximum));
-    if (n.has_minimum) high = -static_cast<__int128>(n.minimum);
+    if (n.has_maximum) r.low = std::max<__int128>(0, -static_cast<__int128>(n.maximum));
+    if (n.has_minimum) r.high = -static_cast<__int128>(n.minimum), r.capped = true;
   }
-  return {low, high};
+  return r;
 }
 
-bool in_range(const MagnitudeRange& r, __int128 x) { return x >= r.low && (r.high == kUnbounded || x <= r.high); }
+bool in_range(const MagnitudeRange& r, __int128 x) { return x >= r.low && (!r.capped || x <= r.high); }
 
 // Whether an integer can still end within its bounds: no digit yet
 // (`digits` 0), a leading zero (only 0 itself), or the magnitude `x` so far
 // followed by j more digits, x * 10^j .. (x + 1) * 10^j - 1 for some j.
 bool integer_may_end_in_range(const GrammarNode& n, bool negative, int digits, bool zero, uint64_t x) {
   const MagnitudeRange r = magnitude_range(n, negative);
-  if (r.high != kUnbounded && r.high < r.low) return false;
+  if (r.capped && r.high < r.low) return false;
   if (digits == 0) return true;
   if (zero) return in_range(r, 0);
-  if (r.high == kUnbounded) return true;
+  if (!r.capped) return true;
   __int128 from = x, to = x;
   for (int j = digits; j <= JsonMatcher::kMaxDigits && from <= r.high; ++j) {
     if (to >= r.low) return true;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,27 @@ TEST(JsonMatcher, KeepsIntegersWithinTheirBounds) {
   EXPECT_FALSE(takes(zero, "1"));
 }
 
+// Every pair of bounds near zero, each value from -150 to 150 against plain
+// integer comparison. Minimum 1 (Pydantic's PositiveInt, exclusiveMinimum 0)
+// once let every negative number through: its negative side's magnitude
+// bound, -1, was the sentinel for none.
+TEST(JsonMatcher, IntegerBoundsNearZeroHoldForEveryValue) {
+  const std::optional<int> edges[] = {std::nullopt, -2, -1, 0, 1, 2};
+  for (const std::optional<int>& low : edges) {
+    for (const std::optional<int>& high : edges) {
+      Json schema = {{"type", "integer"}};
+      if (low) schema["minimum"] = *low;
+      if (high) schema["maximum"] = *high;
+      if (low && high && *high < *low) continue;
+      const JsonGrammar grammar = compile_json_schema(schema);
+      for (int v = -150; v <= 150; ++v) {
+        const bool within = (!low || v >= *low) && (!high || v <= *high);
+        EXPECT_EQ(takes(grammar, std::to_string(v)), within) << schema.dump() << " " << v;
+      }
+    }
+  }
+}
+
 TEST(JsonMatcher, FollowsRecursiveReferences) {
   const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
     "type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["next"]})"));
@@ -281,4 +303,5 @@ TEST(JsonGrammar, IgnoresAnnotations) {
 }
 
 }  // namespace
+
 }  // namespace tessera::text
