@@ -153,19 +153,42 @@ void parse_logit_bias(const Json& bias, engine::SamplingParams& sampling) {
   }
 }
 
+// A grammar of text that `pattern` (a string) matches whole; errors name `param`.
+std::shared_ptr<const text::JsonGrammar> whole_match(const Json& pattern, text::RegexDialect dialect,
+                                                     const std::string& param) {
+  if (!pattern.is_string()) throw Fields::wrong_type(param, "a string", pattern);
+  try {
+    text::JsonGrammarBuilder builder;
+    const int32_t root = builder.regex(pattern.get<std::string>(), dialect);
+    return std::make_shared<const text::JsonGrammar>(builder.finish(root));
+  } catch (const Error& e) {
+    throw bad_request(param + ": " + e.message(), param, "unsupported_value");
+  }
+}
+
 // The fields chat and text completions share. `logprobs` differs between the
 // two APIs and is read by the callers.
 // OpenAI's response_format: {"type": "text"} (free text: null), {"type":
 // "json_object"}, or {"type": "json_schema", "json_schema": {"name", "schema",
-// "strict"}}. The schema's errors name the keyword (text/json_grammar.h).
+// "strict"}}; and LMDeploy's {"type": "regex_schema", "regex_schema":
+// PATTERN} (the whole answer matches it, ECMAScript's syntax as LMDeploy's
+// xgrammar reads it). The schema's errors name the keyword (text/json_grammar.h).
 std::shared_ptr<const text::JsonGrammar> parse_response_format(const Json& format) {
   if (!format.is_object()) throw Fields::wrong_type("response_format", "an object", format);
   const std::string type = Fields(format).string("type").value_or("text");
   if (type == "text") return nullptr;
   if (type == "json_object") return std::make_shared<const text::JsonGrammar>(text::any_json_object());
+  if (type == "regex_schema") {
+    const Json* pattern = Fields(format).find("regex_schema");
+    if (pattern == nullptr || !pattern->is_string()) {
+      throw bad_request("'response_format.regex_schema' must be the regular expression, a string",
+                        "response_format.regex_schema", "missing_required_parameter");
+    }
+    return whole_match(*pattern, text::RegexDialect::kEcmaScript, "response_format.regex_schema");
+  }
   if (type != "json_schema") {
-    throw bad_request(fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", "
-                                  "not \"{}\"",
+    throw bad_request(fmt::format("'response_format.type' must be \"text\", \"json_object\", \"json_schema\" or "
+                                  "\"regex_schema\", not \"{}\"",
                                   type),
                       "response_format.type", "unsupported_value");
   }
@@ -186,63 +209,122 @@ std::shared_ptr<const text::JsonGrammar> parse_response_format(const Json& forma
   }
 }
 
-// vLLM's guided decoding fields: guided_json (a JSON Schema, or its text),
-// guided_regex (the output matches this regular expression, Python's syntax,
-// whole) and guided_choice (the output is exactly one of these strings);
-// null when none is given. guided_grammar is refused.
+// vLLM's ways of asking for a structured answer: a JSON Schema (or its text),
+// a regular expression the whole answer matches, or one of some strings;
+// `names` are the request's fields (their errors name them). compact: the
+// JSON without whitespace between its tokens.
+struct GuidedFields {
+  const Json* json = nullptr;
+  const Json* regex = nullptr;
+  const Json* choice = nullptr;
+  std::string json_name, regex_name, choice_name;
+  text::RegexDialect dialect = text::RegexDialect::kPython;
+  bool compact = false;
+};
+
+std::shared_ptr<const text::JsonGrammar> guided_grammar(const GuidedFields& g) {
+  const auto given = [](const Json* v) { return v != nullptr && !v->is_null(); };
+  if (given(g.json) + given(g.choice) + given(g.regex) > 1) {
+    throw bad_request(fmt::format("give one of '{}', '{}' and '{}'", g.json_name, g.regex_name, g.choice_name),
+                      g.choice_name, "invalid_value");
+  }
+  if (given(g.regex)) return whole_match(*g.regex, g.dialect, g.regex_name);
+  if (given(g.json)) {
+    Json document = *g.json;
+    if (g.json->is_string()) {
+      document = Json::parse(g.json->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (document.is_discarded()) {
+        throw bad_request(fmt::format("'{}' as a string must hold a JSON Schema", g.json_name), g.json_name,
+                          "invalid_value");
+      }
+    }
+    try {
+      text::JsonGrammar grammar = text::compile_json_schema(document, g.json_name);
+      if (g.compact) grammar.max_whitespace = 0;
+      return std::make_shared<const text::JsonGrammar>(std::move(grammar));
+    } catch (const Error& e) {
+      throw bad_request(e.message(), g.json_name, "unsupported_value");
+    }
+  }
+  if (!given(g.choice)) return nullptr;
+  if (!g.choice->is_array() || g.choice->empty() || g.choice->size() > text::JsonGrammar::kMaxAlternatives) {
+    throw bad_request(fmt::format("'{}' must be a list of 1 to {} non-empty strings", g.choice_name,
+                                  text::JsonGrammar::kMaxAlternatives),
+                      g.choice_name, "invalid_value");
+  }
+  text::JsonGrammarBuilder builder;
+  std::vector<int32_t> options;
+  for (const Json& c : *g.choice) {
+    if (!c.is_string() || c.get_ref<const std::string&>().empty()) {
+      throw bad_request(fmt::format("'{}' must be a list of non-empty strings", g.choice_name), g.choice_name,
+                        "invalid_value");
+    }
+    options.push_back(builder.raw(c.get<std::string>()));
+  }
+  return std::make_shared<const text::JsonGrammar>(builder.finish(builder.any_of(std::move(options))));
+}
+
+// vLLM's guided decoding fields: guided_json, guided_regex (Python's syntax,
+// as vLLM's outlines read it) and guided_choice; null when none is given.
+// guided_grammar is refused.
 std::shared_ptr<const text::JsonGrammar> parse_guided_decoding(const Fields& f) {
   if (const Json* v = f.find("guided_grammar"); v && !v->is_null()) {
     throw bad_request("'guided_grammar' is not supported: give 'guided_json', 'guided_regex', 'guided_choice' or a "
                       "'response_format' with a JSON Schema",
                       "guided_grammar", "unsupported_value");
   }
-  const Json* schema = f.find("guided_json");
-  const Json* choice = f.find("guided_choice");
-  const Json* regex = f.find("guided_regex");
-  const auto given = [](const Json* v) { return v != nullptr && !v->is_null(); };
-  if (given(schema) + given(choice) + given(regex) > 1) {
-    throw bad_request("give one of 'guided_json', 'guided_regex' and 'guided_choice'", "guided_choice",
-                      "invalid_value");
-  }
-  if (given(regex)) {
-    if (!regex->is_string()) throw Fields::wrong_type("guided_regex", "a string", *regex);
-    try {
-      text::JsonGrammarBuilder builder;
-      const int32_t root = builder.regex(regex->get<std::string>());
-      return std::make_shared<const text::JsonGrammar>(builder.finish(root));
-    } catch (const Error& e) {
-      throw bad_request("guided_regex: " + e.message(), "guided_regex", "unsupported_value");
+  GuidedFields g{f.find("guided_json"), f.find("guided_regex"), f.find("guided_choice"),
+                 "guided_json",        "guided_regex",        "guided_choice"};
+  return guided_grammar(g);
+}
+
+// vLLM's structured_outputs, which replaced its guided_* fields: {"json":
+// a schema or its text, "regex": a pattern (ECMAScript's syntax, as its
+// xgrammar reads it), "choice": [strings], "json_object": true}, one of
+// them; "disable_any_whitespace": true writes the JSON compactly.
+// "disable_fallback" and "disable_additional_properties" are taken as they
+// are (there is no other backend to fall back to, and a schema's objects
+// never get properties it does not list). A grammar, a structural tag or a
+// whitespace pattern is refused, as is a key vLLM does not know.
+std::shared_ptr<const text::JsonGrammar> parse_structured_outputs(const Json& spec) {
+  constexpr const char* kName = "structured_outputs";
+  if (!spec.is_object()) throw Fields::wrong_type(kName, "an object", spec);
+  const auto param = [&](const std::string& key) { return std::string(kName) + "." + key; };
+  for (const auto& [key, value] : spec.items()) {
+    if (value.is_null()) continue;
+    if (key == "grammar" || key == "structural_tag" || key == "whitespace_pattern") {
+      throw bad_request(fmt::format("'{}' is not supported: give 'json', 'regex', 'choice' or 'json_object'",
+                                    param(key)),
+                        param(key), "unsupported_value");
+    }
+    if (key == "json_object" || key == "disable_fallback" || key == "disable_any_whitespace" ||
+        key == "disable_additional_properties") {
+      if (!value.is_boolean()) throw Fields::wrong_type(param(key), "a boolean", value);
+    } else if (key != "json" && key != "regex" && key != "choice") {
+      throw bad_request(fmt::format("'{}' is not a field of structured_outputs (json, regex, choice, json_object, "
+                                    "disable_any_whitespace, disable_fallback, disable_additional_properties)",
+                                    param(key)),
+                        param(key), "invalid_value");
     }
   }
-  if (given(schema)) {
-    Json document = *schema;
-    if (schema->is_string()) {
-      document = Json::parse(schema->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-      if (document.is_discarded()) {
-        throw bad_request("'guided_json' as a string must hold a JSON Schema", "guided_json", "invalid_value");
-      }
+  const Fields f(spec);
+  GuidedFields g{f.find("json"), f.find("regex"), f.find("choice"), param("json"), param("regex"), param("choice"),
+                 text::RegexDialect::kEcmaScript, f.boolean("disable_any_whitespace").value_or(false)};
+  if (f.boolean("json_object").value_or(false)) {
+    if (g.json || g.regex || g.choice) {
+      throw bad_request("give one of 'structured_outputs.json', 'regex', 'choice' and 'json_object'",
+                        param("json_object"), "invalid_value");
     }
-    try {
-      return std::make_shared<const text::JsonGrammar>(text::compile_json_schema(document, "guided_json"));
-    } catch (const Error& e) {
-      throw bad_request(e.message(), "guided_json", "unsupported_value");
-    }
+    text::JsonGrammar grammar = text::any_json_object();
+    if (g.compact) grammar.max_whitespace = 0;
+    return std::make_shared<const text::JsonGrammar>(std::move(grammar));
   }
-  if (!choice || choice->is_null()) return nullptr;
-  if (!choice->is_array() || choice->empty() || choice->size() > text::JsonGrammar::kMaxAlternatives) {
-    throw bad_request(fmt::format("'guided_choice' must be a list of 1 to {} non-empty strings",
-                                  text::JsonGrammar::kMaxAlternatives),
-                      "guided_choice", "invalid_value");
+  std::shared_ptr<const text::JsonGrammar> grammar = guided_grammar(g);
+  if (!grammar) {
+    throw bad_request("'structured_outputs' names no structure: give 'json', 'regex', 'choice' or 'json_object'",
+                      kName, "missing_required_parameter");
   }
-  text::JsonGrammarBuilder builder;
-  std::vector<int32_t> options;
-  for (const Json& c : *choice) {
-    if (!c.is_string() || c.get_ref<const std::string&>().empty()) {
-      throw bad_request("'guided_choice' must be a list of non-empty strings", "guided_choice", "invalid_value");
-    }
-    options.push_back(builder.raw(c.get<std::string>()));
-  }
-  return std::make_shared<const text::JsonGrammar>(builder.finish(builder.any_of(std::move(options))));
+  return grammar;
 }
 
 GenerationOptions parse_generation_options(const Json& body, bool chat) {
@@ -311,6 +393,13 @@ GenerationOptions parse_generation_options(const Json& body, bool chat) {
                         "response_format", "invalid_value");
     }
     o.grammar = std::move(guided);
+  }
+  if (const Json* outputs = f.find("structured_outputs")) {
+    if (o.grammar) {
+      throw bad_request("give one of 'structured_outputs', a structured 'response_format' and vLLM's guided_* fields",
+                        "structured_outputs", "invalid_value");
+    }
+    o.grammar = parse_structured_outputs(*outputs);
   }
   if (o.grammar && o.ignore_eos) {
     throw bad_request("'ignore_eos' cannot be combined with a structured output (it ends where the value does)",

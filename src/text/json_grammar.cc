@@ -494,10 +494,10 @@ int32_t JsonGrammarBuilder::raw(std::string text) {
   return compiler_->add(std::move(node));
 }
 
-int32_t JsonGrammarBuilder::regex(std::string_view pattern) {
+int32_t JsonGrammarBuilder::regex(std::string_view pattern, RegexDialect dialect) {
   GrammarNode node = node_of(Kind::kRegex);
   node.raw = true;
-  node.pattern = compiler_->add_pattern(RegexAutomaton::compile(pattern, {RegexDialect::kPython, false, false}));
+  node.pattern = compiler_->add_pattern(RegexAutomaton::compile(pattern, {dialect, false, false}));
   return compiler_->add(std::move(node));
 }
 

@@ -96,10 +96,16 @@ struct JsonGrammar {
   static constexpr uint64_t kMaxPatternWork = 8000000;
   // Nodes every grammar has, at these indices.
   static constexpr int32_t kAnyValue = 0, kAnyObject = 1, kAnyArray = 2, kBoolean = 3, kNull = 4, kAnyString = 5;
+  // Bytes a run of whitespace between JSON tokens may take: enough for any
+  // pretty-printing, few enough that a model cannot ramble in it.
+  static constexpr int kMaxWhitespace = 20;
 
   std::vector<GrammarNode> nodes;
   std::vector<std::shared_ptr<const RegexAutomaton>> patterns;
   int32_t root = kAnyValue;
+  // The run's cap for this grammar: 0 writes the JSON compactly (vLLM's
+  // disable_any_whitespace).
+  int max_whitespace = kMaxWhitespace;
 };
 
 // response_format {"type": "json_object"}: one JSON object, any content.
@@ -124,9 +130,10 @@ class JsonGrammarBuilder {
   // ("response_format's schema at '#/...': ...").
   int32_t schema(const nlohmann::ordered_json& document, const std::string& label);
   int32_t raw(std::string text);                   // exactly these bytes
-  // Text that `pattern` (Python's syntax) matches whole: vLLM's guided_regex.
-  // Throws Error(kInvalidArgument) as RegexAutomaton::compile does.
-  int32_t regex(std::string_view pattern);
+  // Text that `pattern` matches whole: vLLM's guided_regex (Python's
+  // syntax), LMDeploy's regex_schema (ECMAScript's, as its xgrammar reads
+  // it). Throws Error(kInvalidArgument) as RegexAutomaton::compile does.
+  int32_t regex(std::string_view pattern, RegexDialect dialect = RegexDialect::kPython);
   int32_t sequence(std::vector<int32_t> parts);    // one after another
   int32_t any_of(std::vector<int32_t> options);
   // An object of exactly these properties, in this order, all required.

@@ -220,9 +220,9 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
   const std::vector<GrammarNode>& nodes = grammar_->nodes;
   const bool ws = is_whitespace(c);
   const auto take = [&] { add_stack(s, frames, ends); };
-  // Whitespace a structural frame takes, up to the cap.
+  // Whitespace a structural frame takes, up to the grammar's cap.
   const auto take_whitespace = [&](Frame& f) {
-    if (f.whitespace >= kMaxWhitespace) return;
+    if (f.whitespace >= grammar_->max_whitespace) return;
     ++f.whitespace;
     take();
   };

@@ -7,7 +7,8 @@
 // values being written, innermost last. A byte is accepted when at least one
 // alternative takes it. An empty stack is a complete value that nothing may
 // follow. What the matcher writes is stricter than JSON in two ways that keep
-// a model from rambling: a run of whitespace is at most kMaxWhitespace bytes,
+// a model from rambling: a run of whitespace is at most the grammar's
+// max_whitespace bytes (JsonGrammar::kMaxWhitespace unless it says fewer),
 // and a number at most kMaxDigits digits. Strings must be valid UTF-8 with
 // JSON's escapes; control bytes are refused.
 //
@@ -25,7 +26,7 @@ namespace tessera::text {
 
 class JsonMatcher {
  public:
-  static constexpr int kMaxWhitespace = 20;
+  static constexpr int kMaxWhitespace = JsonGrammar::kMaxWhitespace;  // the default cap
   static constexpr int kMaxDigits = 24;
   static constexpr size_t kMaxAlternatives = JsonGrammar::kMaxAlternatives;  // stacks followed at once
 

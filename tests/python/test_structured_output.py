@@ -265,7 +265,6 @@ def test_a_conforming_answer_passes_unchanged_and_another_is_made_to_conform(tes
 
 
 @pytest.mark.parametrize("response_format, extra, param, words", [
-    ({"type": "regex_schema", "regex_schema": "a+"}, {}, "response_format.type", '"json_schema", not "regex_schema"'),
     ({"type": "json_schema"}, {}, "response_format.json_schema", "must be an object"),
     ({"type": "json_schema", "json_schema": {"name": "x"}}, {}, "response_format.json_schema.schema", "is required"),
     (json_schema_format({"type": "string", "pattern": "^(?=a)"}), {}, "response_format.json_schema.schema",

@@ -139,7 +139,9 @@ TEST(serverSchema, OutOfRangeValuesAre400) {
                             R"("logit_bias": {"1": 101})", R"("logit_bias": {"1x": 5})",
                             R"("logit_bias": {"": 5})", R"("logit_bias": [1])",
                             R"("response_format": {"type": "json_schema"})",
-                            R"("response_format": {"type": "regex_schema", "regex_schema": "a"})"}) {
+                            R"("response_format": {"type": "regex_schema", "regex_schema": 5})",
+                            R"x("response_format": {"type": "regex_schema", "regex_schema": "(?=a)"})x",
+                            R"("structured_outputs": {"regex": "a", "json": {}})"}) {
     EXPECT_EQ(refusal(chat, chat_body(extra)).first, 400u) << extra;
   }
 }

@@ -109,6 +109,19 @@ TEST(JsonMatcher, CapsWhitespaceAndDigits) {
   EXPECT_TRUE(m.advance('}'));
 }
 
+TEST(JsonMatcher, ACompactGrammarTakesNoWhitespaceBetweenTokensButKeepsItInStrings) {
+  const Json schema = Json::parse(R"({
+    "type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}}}, "required": ["a"]})");
+  JsonGrammar compact = compile_json_schema(schema);
+  compact.max_whitespace = 0;
+  EXPECT_TRUE(takes(compact, R"({"a":["x y","\n"]})"));
+  const JsonGrammar pretty = compile_json_schema(schema);
+  for (const char* spaced : {R"({ "a":[]})", R"({"a": []})", R"({"a":[ ]})", "{\"a\":[]\n}", R"({"a":["x" ,"y"]})"}) {
+    EXPECT_FALSE(takes(compact, spaced)) << spaced;
+    EXPECT_TRUE(takes(pretty, spaced)) << spaced << ": the default cap takes it";
+  }
+}
+
 TEST(JsonMatcher, WritesPropertiesInTheSchemasOrder) {
   const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
     "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
