@@ -307,6 +307,31 @@ TEST(JsonMatcher, ANumbersBoundsHoldAtEachDigit) {
   EXPECT_FALSE(JsonMatcher(open).advance(std::string_view("-3")));
 }
 
+// As the integers' test above: every pair of bounds near zero, inclusive
+// or exclusive, each value from -2 to 2 in quarters against the double
+// comparison a validator makes.
+TEST(JsonMatcher, NumberBoundsNearZeroHoldForEveryValue) {
+  const std::optional<double> edges[] = {std::nullopt, -1.0, -0.5, 0.0, 0.5, 1.0};
+  for (const std::optional<double>& low : edges) {
+    for (const std::optional<double>& high : edges) {
+      if (low && high && *high < *low) continue;
+      for (const bool exclusive : {false, true}) {
+        Json schema = {{"type", "number"}};
+        if (low) schema[exclusive ? "exclusiveMinimum" : "minimum"] = *low;
+        if (high) schema[exclusive ? "exclusiveMaximum" : "maximum"] = *high;
+        if (exclusive && low && high && *high <= *low) continue;
+        const JsonGrammar grammar = compile_json_schema(schema);
+        for (int q = -8; q <= 8; ++q) {
+          const double v = q / 4.0;
+          const bool within = (!low || (exclusive ? v > *low : v >= *low)) && (!high || (exclusive ? v < *high : v <= *high));
+          const std::string text = Json(v).dump();
+          EXPECT_EQ(takes(grammar, text), within) << schema.dump() << " " << text;
+        }
+      }
+    }
+  }
+}
+
 TEST(JsonGrammar, IgnoresAnnotations) {
   const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
     "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "T", "description": "d",
