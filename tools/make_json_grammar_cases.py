@@ -13,8 +13,8 @@ tessera's JsonMatcher takes every canonical document and no invalid one.
 
     python3 tools/make_json_grammar_cases.py [OUT]
 
-Needs jsonschema and rfc3339-validator (requirements-test.txt). Deterministic: the same file on
-every run.
+Needs jsonschema, rfc3339-validator and rfc3986-validator (requirements-test.txt).
+Deterministic: the same file on every run.
 """
 
 import copy
@@ -143,6 +143,20 @@ SCHEMAS = {
         },
         "required": ["date", "time", "at", "id", "ip", "mail"],
     },
+    # Pydantic's IPv6Address and HttpUrl (a URI of 1 to 2,083 characters,
+    # whose maximum the matcher counts), and a URI at its maximum of 40.
+    "more_formats": {
+        "type": "object",
+        "properties": {
+            "v6": {"type": "string", "format": "ipv6",
+                   "examples": ["::1", "2001:db8::ff00:42:8329", "::ffff:192.0.2.128", "1:2:3:4:5:6:7:8"]},
+            "site": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083,
+                     "examples": ["https://example.com/a?b=c#d", "mailto:ada@example.org", "http://[::1]:8080/x"]},
+            "short": {"type": "string", "format": "uri", "maxLength": 40,
+                      "examples": ["https://example.com/some/longer/path1234", "ftp://a.b/c%20d", "x:y"]},
+        },
+        "required": ["v6", "site", "short"],
+    },
 }
 
 
@@ -160,6 +174,10 @@ def is_email(instance):
 # Draft 2020-12's format checks (time and date-time through rfc3339-validator), email's made strict.
 FORMAT_CHECKER = copy.deepcopy(jsonschema.Draft202012Validator.FORMAT_CHECKER)
 FORMAT_CHECKER.checkers["email"] = (is_email, ())
+# jsonschema leaves a format unchecked when its checker's package is missing.
+for _format in ("date-time", "time", "uri", "ipv6"):
+    assert _format in FORMAT_CHECKER.checkers, f"jsonschema cannot check '{_format}': pip install -r requirements-test.txt"
+
 
 
 def whitespace(rng):

@@ -73,6 +73,8 @@ GrammarVocabulary::GrammarVocabulary(std::vector<std::string> token_bytes)
     if (plain_string_bytes(b)) {
       plain_[id / 64] |= uint64_t{1} << (id % 64);
       plain_sorted_.push_back(entry);
+      const auto chars = std::count_if(b.begin(), b.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; });
+      most_plain_chars_ = std::max<int64_t>(most_plain_chars_, chars);
     } else {
       not_plain_.push_back(entry);
     }
@@ -85,14 +87,14 @@ GrammarVocabulary::GrammarVocabulary(std::vector<std::string> token_bytes)
 
 const std::vector<uint64_t>* PatternMaskCache::find(const JsonMatcher::PatternState& state) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = masks_.find({state.automaton, state.state});
+  const auto it = masks_.find({state.automaton, state.state, state.remaining});
   return it == masks_.end() ? nullptr : &it->second;  // map nodes stay put; entries are never erased
 }
 
 void PatternMaskCache::keep(const JsonMatcher::PatternState& state, const std::vector<uint64_t>& mask) {
   const std::lock_guard<std::mutex> lock(mutex_);
   if ((masks_.size() + 1) * mask.size() * sizeof(uint64_t) <= kMaxBytes) {
-    masks_.try_emplace({state.automaton, state.state}, mask);
+    masks_.try_emplace({state.automaton, state.state, state.remaining}, mask);
   }
 }
 
@@ -110,11 +112,29 @@ void GrammarVocabulary::allowed(const JsonMatcher& matcher, std::span<uint64_t> 
   if (any_plain) {
     for (size_t w = 0; w < std::min(plain_.size(), allowed.size()); ++w) allowed[w] |= plain_[w];
   } else {
-    for (const JsonMatcher::PatternState& p : patterns) {
+    for (JsonMatcher::PatternState p : patterns) {
+      // Far from a counted maximum, every plain token that the automaton
+      // takes leaves room for the fewest characters a match still needs: the
+      // state's mask is the same for every count, and kept as for none.
+      if (p.remaining >= most_plain_chars_ + p.automaton->most_chars_to_accept()) p.remaining = -1;
       const auto walk = [&](std::span<uint64_t> mask) {
-        search(p.state, plain_sorted_, mask, [&](int32_t& next, int32_t from, uint8_t byte) {
-          next = p.automaton->next(from, byte);
-          return next != RegexAutomaton::kDead;
+        if (p.remaining < 0) {
+          search(p.state, plain_sorted_, mask, [&](int32_t& next, int32_t from, uint8_t byte) {
+            next = p.automaton->next(from, byte);
+            return next != RegexAutomaton::kDead;
+          });
+          return;
+        }
+        // Near it: each token's characters counted, as JsonMatcher counts them.
+        struct Counted {
+          int32_t state = 0;
+          int64_t chars = 0;
+        };
+        search(Counted{p.state, 0}, plain_sorted_, mask, [&](Counted& next, const Counted& from, uint8_t byte) {
+          next.state = p.automaton->next(from.state, byte);
+          next.chars = from.chars + ((byte & 0xC0) != 0x80 ? 1 : 0);
+          return next.state != RegexAutomaton::kDead &&
+                 next.chars + p.automaton->chars_to_accept(next.state) <= p.remaining;
         });
       };
       if (cache != nullptr) cache->add(p, allowed, walk);

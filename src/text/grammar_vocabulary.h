@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "text/json_grammar.h"
@@ -65,7 +66,8 @@ class PatternMaskCache {
   void keep(const JsonMatcher::PatternState& state, const std::vector<uint64_t>& mask);
 
   std::mutex mutex_;
-  std::map<std::pair<const RegexAutomaton*, int32_t>, std::vector<uint64_t>> masks_;  // entries never change
+  // By automaton, state and characters left (-1: any number); entries never change.
+  std::map<std::tuple<const RegexAutomaton*, int32_t, int64_t>, std::vector<uint64_t>> masks_;
 };
 
 class GrammarVocabulary {
@@ -101,6 +103,7 @@ class GrammarVocabulary {
   std::vector<Entry> not_plain_;    // the tokens that are not plain string bytes, sorted
   std::vector<Entry> plain_sorted_; // the plain string tokens, sorted
   std::vector<uint64_t> plain_;     // [ceil(size / 64)] the plain string tokens
+  int64_t most_plain_chars_ = 0;    // the most characters (code points) of a plain token
 };
 
 // A token the vocabulary leaves out (a special token) that a grammar's

@@ -248,7 +248,7 @@ class JsonGrammarBuilder::Compiler {
       node.min_length = std::max<int64_t>(0, count(schema, "minLength", where));
       node.max_length = count(schema, "maxLength", where);
       if (node.max_length >= 0 && node.max_length < node.min_length) fail(where, "maxLength is below minLength");
-      node.pattern = string_pattern(schema, node.min_length, node.max_length, where);
+      node.pattern = string_pattern(schema, node.min_length, node.max_length, where, node.counted_max_length);
       return add(std::move(node));
     }
     if (type == "number") {
@@ -264,8 +264,13 @@ class JsonGrammarBuilder::Compiler {
     fail(where + "/type", fmt::format("unknown type '{}'", type));
   }
 
-  // The automaton of a string's pattern or format with its length bounds, or -1 for neither.
-  int32_t string_pattern(const Json& schema, int64_t min_length, int64_t max_length, const std::string& where) {
+  // The automaton of a string's pattern or format with its length bounds, or
+  // -1 for neither. Where the automaton times every length up to max_length
+  // would pass the budget, the automaton takes the minimum only and
+  // `counted_max` is set to max_length, which the matcher then keeps by
+  // counting (GrammarNode::counted_max_length).
+  int32_t string_pattern(const Json& schema, int64_t min_length, int64_t max_length, const std::string& where,
+                         int64_t& counted_max) {
     const auto pattern = schema.find("pattern");
     const auto format = schema.find("format");
     if (pattern == schema.end() && format == schema.end()) return -1;
@@ -292,7 +297,20 @@ class JsonGrammarBuilder::Compiler {
       std::shared_ptr<const RegexAutomaton> automaton = RegexAutomaton::compile(
           text, {RegexDialect::kEcmaScript, /*search=*/true, /*json_string=*/true, cap, work_cap});
       pattern_work_ += automaton->build_work();
-      if (min_length > 0 || max_length >= 0) automaton = automaton->with_length(min_length, max_length, cap);
+      if (min_length > 0 || max_length >= 0) {
+        try {
+          automaton = automaton->with_length(min_length, max_length, cap);
+        } catch (const Error&) {
+          // Too many (state, length) pairs, as for a URI of up to 2,083
+          // characters (Pydantic's HttpUrl): the maximum is counted instead.
+          if (max_length < 0) throw;
+          if (min_length > 0) automaton = automaton->with_length(min_length, -1, cap);
+          if (automaton->chars_to_accept(automaton->start()) > max_length) {
+            throw Error(ErrorKind::kInvalidArgument, "no match of the pattern is as short as maxLength");
+          }
+          counted_max = max_length;
+        }
+      }
       pattern_states_ += automaton->states();
       return add_pattern(std::move(automaton));
     } catch (const Error& e) {

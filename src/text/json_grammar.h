@@ -21,7 +21,9 @@
 //   points; an escape counts as one), pattern (an ECMAScript regular
 //   expression, matched anywhere unless ^ / $ anchor it; regex_syntax.h says
 //   what is taken), format (json_string_formats.h: date, time, date-time,
-//   uuid, ipv4, email; one of pattern and format); integers: minimum,
+//   uuid, ipv4, ipv6, email, uri; one of pattern and format; a maxLength
+//   beside one that the automaton cannot be multiplied by is counted, as
+//   GrammarNode::counted_max_length says); integers: minimum,
 //   maximum, exclusiveMinimum, exclusiveMaximum (within ±9e15); numbers:
 //   the same bounds (json_number_bounds.h: such a number is written without
 //   an exponent, in at most 15 digits). A schema without type takes it from
@@ -77,6 +79,10 @@ struct GrammarNode {
   // kString: what its characters (escapes decoded) must match, lengths
   // included; kRegex: the text's. An index into JsonGrammar::patterns, or -1.
   int32_t pattern = -1;
+  // kString with a pattern whose automaton could not be multiplied by every
+  // length up to maxLength: the maxLength, kept by the matcher counting
+  // characters against the automaton's chars_to_accept; -1 otherwise.
+  int64_t counted_max_length = -1;
   bool has_minimum = false, has_maximum = false;  // kInteger: inclusive bounds
   int64_t minimum = 0, maximum = 0;
   JsonNumberBounds number_bounds;                 // kNumber

@@ -548,12 +548,20 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
 bool JsonMatcher::feed_pattern_string(Stack& s, uint8_t c) const {
   Frame& f = s.back();
   const RegexAutomaton& automaton = pattern_of(f);
+  // With a counted maximum (GrammarNode::counted_max_length), f.a counts the
+  // characters, and a byte is taken only where a match can still end within
+  // the maximum: the characters so far and the fewest still needed.
+  const int64_t most = grammar_->nodes[f.node].counted_max_length;
+  const auto fits = [&](int32_t next, int64_t count) {
+    return next != RegexAutomaton::kDead && (most < 0 || count + automaton.chars_to_accept(next) <= most);
+  };
   if (f.state == kEscape) {
     const uint8_t decoded = short_escape(c);
     if (decoded == 0) return false;
     const int32_t next = automaton.next(f.b, decoded);
-    if (next == RegexAutomaton::kDead) return false;
+    if (!fits(next, f.a + 1)) return false;
     f.b = next;
+    ++f.a;
     f.state = kChars;
     return true;
   }
@@ -566,7 +574,7 @@ bool JsonMatcher::feed_pattern_string(Stack& s, uint8_t c) const {
   if (c == '\\') {
     // Only when some escaped byte goes on to a match.
     for (const char* e = "\"\\/bfnrt"; *e != 0; ++e) {
-      if (automaton.next(f.b, short_escape(static_cast<uint8_t>(*e))) != RegexAutomaton::kDead) {
+      if (fits(automaton.next(f.b, short_escape(static_cast<uint8_t>(*e))), f.a + 1)) {
         f.state = kEscape;
         return true;
       }
@@ -574,8 +582,10 @@ bool JsonMatcher::feed_pattern_string(Stack& s, uint8_t c) const {
     return false;
   }
   const int32_t next = automaton.next(f.b, c);
-  if (next == RegexAutomaton::kDead) return false;
+  const bool starts_character = c < 0x80 || c >= 0xC0;
+  if (!fits(next, f.a + (starts_character ? 1 : 0))) return false;
   f.b = next;
+  if (starts_character) ++f.a;
   return true;
 }
 
@@ -647,7 +657,7 @@ bool JsonMatcher::in_string(bool& any_plain, std::vector<PatternState>& patterns
     if (top.kind != FrameKind::kString || top.state != kChars) return false;
     const GrammarNode& n = grammar_->nodes[top.node];
     if (n.pattern >= 0) {
-      const PatternState p{&pattern_of(top), top.b};
+      const PatternState p{&pattern_of(top), top.b, n.counted_max_length < 0 ? -1 : n.counted_max_length - top.a};
       if (std::find(patterns.begin(), patterns.end(), p) == patterns.end()) patterns.push_back(p);
     } else if (n.max_length < 0) {
       any_plain = true;

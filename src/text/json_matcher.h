@@ -58,6 +58,9 @@ class JsonMatcher {
   struct PatternState {
     const RegexAutomaton* automaton;
     int32_t state;
+    // Characters the string may still take (a counted maximum,
+    // GrammarNode::counted_max_length), or -1 for any number.
+    int64_t remaining = -1;
     bool operator==(const PatternState&) const = default;
   };
   bool in_string(bool& any_plain, std::vector<PatternState>& patterns) const;

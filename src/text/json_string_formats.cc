@@ -25,19 +25,62 @@ std::string ipv4() {
   return "(?:" + byte + R"(\.){3})" + byte;
 }
 
+// RFC 3986's IPv6address (RFC 4291's text forms): eight groups of 1-4 hex
+// digits, one run of zero groups written "::", the last two groups possibly
+// a dotted IPv4 address. No zone (Python's ipaddress, jsonschema's check,
+// refuses one under this format too).
+std::string ipv6() {
+  const std::string h16 = "[0-9A-Fa-f]{1,4}", ls32 = "(?:" + h16 + ":" + h16 + "|" + ipv4() + ")";
+  const auto groups = [&](int count) { return "(?:" + h16 + ":){" + std::to_string(count) + "}"; };
+  // Up to `most` groups before the "::": nothing, or (h16:){0,most-1}h16.
+  const auto before = [&](int most) {
+    return most == 1 ? "(?:" + h16 + ")?" : "(?:(?:" + h16 + ":){0," + std::to_string(most - 1) + "}" + h16 + ")?";
+  };
+  const std::string forms[] = {
+      groups(6) + ls32,           "::" + groups(5) + ls32,    before(1) + "::" + groups(4) + ls32,
+      before(2) + "::" + groups(3) + ls32, before(3) + "::" + groups(2) + ls32, before(4) + "::" + h16 + ":" + ls32,
+      before(5) + "::" + ls32,    before(6) + "::" + h16,     before(7) + "::",
+  };
+  std::string out;
+  for (const std::string& form : forms) out += (out.empty() ? "(?:" : "|") + form;
+  return out + ")";
+}
+
+// RFC 3986's URI: scheme ":" hier-part ["?" query] ["#" fragment], every
+// character class as the RFC's grammar has it (an authority's userinfo,
+// host (IP literal, IPv4 or registered name) and port; the four forms of a
+// path; percent-encodings). rfc3986-validator's "URI" rule, jsonschema's
+// check, takes the same strings.
+std::string uri() {
+  const std::string pct = "%[0-9A-Fa-f]{2}", unreserved_sub = R"(A-Za-z0-9\-._~!$&'()*+,;=)";
+  const std::string pchar = "(?:[" + unreserved_sub + ":@]|" + pct + ")";
+  const std::string userinfo = "(?:[" + unreserved_sub + ":]|" + pct + ")*";
+  const std::string reg_name = "(?:[" + unreserved_sub + "]|" + pct + ")*";
+  const std::string ip_future = R"(v[0-9A-Fa-f]+\.[)" + unreserved_sub + ":]+";
+  const std::string host = R"((?:\[(?:)" + ipv6() + "|" + ip_future + R"()\]|)" + reg_name + ")";
+  const std::string authority = "(?:" + userinfo + "@)?" + host + R"((?::\d*)?)";
+  const std::string segments = "(?:/" + pchar + "*)*";
+  const std::string hier = "(?://" + authority + segments + "|/(?:" + pchar + "+" + segments + ")?|" + pchar + "+" +
+                           segments + "|)";
+  const std::string tail = "(?:" + pchar + "|[/?])*";
+  return R"([A-Za-z][A-Za-z0-9+.\-]*:)" + hier + R"((?:\?)" + tail + ")?(?:#" + tail + ")?";
+}
+
 std::string email() {
   const std::string atom = R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)";
   const std::string label = R"([A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)";
   return atom + R"((?:\.)" + atom + ")*@(?:" + label + R"(\.)+[A-Za-z]{2,63})";
 }
 
-const std::array<std::pair<std::string_view, std::string (*)()>, 6> kFormats = {{
+const std::array<std::pair<std::string_view, std::string (*)()>, 8> kFormats = {{
     {"date", date},
     {"time", time},
     {"date-time", [] { return date() + "T" + time(); }},
     {"uuid", [] { return std::string(R"([0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12})"); }},
     {"ipv4", ipv4},
+    {"ipv6", ipv6},
     {"email", email},
+    {"uri", uri},
 }};
 
 }  // namespace

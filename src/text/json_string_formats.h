@@ -8,9 +8,13 @@
 //   date-time  date, "T", time;
 //   uuid       RFC 4122's 8-4-4-4-12 hex digits;
 //   ipv4       four decimal bytes without leading zeros;
+//   ipv6       RFC 4291's text forms (one "::", a trailing IPv4 address
+//              allowed), no zone;
 //   email      a dot-atom local part, "@", dot-separated host labels of
 //              letters, digits and inner hyphens ending in a letters-only
-//              top label (no quoted local parts, no address literals).
+//              top label (no quoted local parts, no address literals);
+//   uri        RFC 3986's URI, all of it (a scheme, ":", an authority or a
+//              path, a query, a fragment; percent-encodings).
 #pragma once
 
 #include <optional>

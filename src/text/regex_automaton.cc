@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -407,7 +409,44 @@ std::shared_ptr<RegexAutomaton> RegexAutomaton::pruned(const std::array<uint8_t,
     out->accepting_.push_back(accepting[d]);
     out->extendable_.push_back(extendable ? 1 : 0);
   }
+  out->set_chars_to_accept();
   return out;
+}
+
+void RegexAutomaton::set_chars_to_accept() {
+  const size_t n = accepting_.size();
+  std::vector<uint8_t> cost(classes_, 1);  // per class: 0 where its bytes continue a character
+  for (int b = 0x80; b < 0xC0; ++b) cost[class_of_[static_cast<size_t>(b)]] = 0;
+  std::vector<std::vector<std::pair<int32_t, uint8_t>>> into(n);  // (from, cost)
+  for (size_t d = 0; d < n; ++d) {
+    for (size_t k = 0; k < classes_; ++k) {
+      const int32_t to = table_[d * classes_ + k];
+      if (to != kDead) into[static_cast<size_t>(to)].emplace_back(static_cast<int32_t>(d), cost[k]);
+    }
+  }
+  constexpr int32_t kFar = std::numeric_limits<int32_t>::max();
+  chars_to_accept_.assign(n, kFar);
+  std::deque<int32_t> queue;
+  for (size_t d = 0; d < n; ++d) {
+    if (accepting_[d]) {
+      chars_to_accept_[d] = 0;
+      queue.push_back(static_cast<int32_t>(d));
+    }
+  }
+  while (!queue.empty()) {
+    const int32_t d = queue.front();
+    queue.pop_front();
+    const int32_t here = chars_to_accept_[static_cast<size_t>(d)];
+    for (const auto& [from, c] : into[static_cast<size_t>(d)]) {
+      int32_t& there = chars_to_accept_[static_cast<size_t>(from)];
+      if (here + c >= there) continue;
+      there = here + c;
+      if (c == 0) queue.push_front(from);
+      else queue.push_back(from);
+    }
+  }
+  most_chars_to_accept_ = 0;
+  for (int32_t d : chars_to_accept_) most_chars_to_accept_ = std::max(most_chars_to_accept_, d);
 }
 
 std::shared_ptr<const RegexAutomaton> RegexAutomaton::with_length(int64_t min_length, int64_t max_length,

@@ -63,6 +63,11 @@ class RegexAutomaton {
   bool accepting(int32_t state) const { return accepting_[static_cast<size_t>(state)] != 0; }
   // Some byte may follow.
   bool extendable(int32_t state) const { return extendable_[static_cast<size_t>(state)] != 0; }
+  // The fewest characters (code points) after which the text from `state`
+  // matches: 0 where it matches already. Every state has one (none is kept
+  // that reaches no match). A byte that continues a character counts none.
+  int32_t chars_to_accept(int32_t state) const { return chars_to_accept_[static_cast<size_t>(state)]; }
+  int32_t most_chars_to_accept() const { return most_chars_to_accept_; }  // over all states
   // This automaton with matches of `min_length` to `max_length` (-1: no
   // bound) code points only: JSON Schema's minLength and maxLength beside a
   // pattern. Throws Error(kInvalidArgument) when no match has such a length
@@ -81,12 +86,17 @@ class RegexAutomaton {
   static std::shared_ptr<RegexAutomaton> pruned(const std::array<uint8_t, 256>& class_of, size_t classes,
                                                       const std::vector<int32_t>& table,
                                                       const std::vector<uint8_t>& accepting);
+  // chars_to_accept_ from the table: a backward search from the accepting
+  // states in which a continuation byte's edge costs 0 and any other 1.
+  void set_chars_to_accept();
 
   std::array<uint8_t, 256> class_of_{};
   size_t classes_ = 1;
   std::vector<int32_t> table_;      // [states][classes] the next state, kDead
   std::vector<uint8_t> accepting_;  // [states]
   std::vector<uint8_t> extendable_; // [states]
+  std::vector<int32_t> chars_to_accept_;  // [states]
+  int32_t most_chars_to_accept_ = 0;
   uint64_t build_work_ = 0;
 };
 

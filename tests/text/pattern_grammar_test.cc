@@ -74,6 +74,32 @@ TEST(PatternGrammar, FormatsRefuseImpossibleValuesAtTheirFirstWrongCharacter) {
   EXPECT_FALSE(JsonMatcher(ip).advance(std::string_view("\"10.0.256")));
 }
 
+// Pydantic's HttpUrl: a URI of 1 to 2,083 characters. Its automaton times
+// every length would pass the budget, so the matcher counts characters and
+// takes a byte only where a match can still end within the maximum.
+TEST(PatternGrammar, ALongMaximumBesideALargeAutomatonIsCounted) {
+  const JsonGrammar url = schema(R"({"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083})");
+  ASSERT_EQ(url.nodes[static_cast<size_t>(url.root)].counted_max_length, 2083) << "the counted path";
+  const std::string head = "\"x:" + std::string(2078, 'a');  // 2,080 characters
+  EXPECT_TRUE(JsonMatcher(url).advance(std::string_view(head + "%20\"")));  // 2,083
+  EXPECT_FALSE(JsonMatcher(url).advance(std::string_view(head + "%20a")));
+  EXPECT_TRUE(JsonMatcher(url).advance(std::string_view(head + "\\/ab\"")));  // an escape is one character
+  EXPECT_FALSE(JsonMatcher(url).advance(std::string_view(head + "\\/abc")));
+  JsonMatcher full(url);
+  ASSERT_TRUE(full.advance(std::string_view(head + "abc")));
+  EXPECT_FALSE(JsonMatcher(full).advance('d'));  // a 2,084th character
+  EXPECT_TRUE(JsonMatcher(full).advance('"'));
+  JsonMatcher near(url);
+  ASSERT_TRUE(near.advance(std::string_view(head + "a")));
+  EXPECT_FALSE(JsonMatcher(near).advance('%'));   // its two hex digits would make 2,084
+  EXPECT_TRUE(JsonMatcher(near).advance('b'));
+  EXPECT_FALSE(JsonMatcher(near).advance(std::string_view("\u00e9\u00e9")));  // not a URI's character anyway
+  EXPECT_FALSE(JsonMatcher(url).advance(std::string_view("\"\"")));  // minLength 1, and "" is no URI
+  const JsonGrammar ipv6 = schema(R"({"format": "ipv6"})");
+  EXPECT_TRUE(JsonMatcher(ipv6).advance(std::string_view("\"::ffff:10.0.0.1\"")));
+  EXPECT_FALSE(JsonMatcher(ipv6).advance(std::string_view("\"1::2::")));
+}
+
 TEST(PatternGrammar, LengthBoundsApplyBesideAPattern) {
   const JsonGrammar g = schema(R"({"type": "string", "pattern": "^[a-z]*$", "minLength": 2, "maxLength": 3})");
   EXPECT_FALSE(JsonMatcher(g).advance(std::string_view("\"a\"")));
@@ -120,6 +146,7 @@ TEST(PatternGrammar, AllowedTokensNeverLeadIntoADeadEnd) {
             "required": ["when", "mail", "code", "q"]})",
         R"({"type": "array", "items": {"type": "string", "pattern": "x\\s*y", "maxLength": 6}, "maxItems": 3})",
         R"({"type": "string", "pattern": "^[\\u0400-\\u04FF ]{3,8}$"})",
+        R"({"type": "array", "items": {"type": "string", "format": "uri", "maxLength": 40}, "maxItems": 2})",
         // Bounded numbers, a tuple and a map (not patterns, but as prone to dead ends).
         R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0.1, "maximum": 0.3},
             "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 2.5},
