@@ -157,6 +157,16 @@ SCHEMAS = {
         },
         "required": ["v6", "site", "short"],
     },
+    # Pydantic's set of an Enum or a Literal: uniqueItems over an enum's items.
+    "distinct_items": {
+        "type": "object",
+        "properties": {
+            "colors": {"type": "array", "items": {"enum": ["red", "green", "blue", 7, None]}, "uniqueItems": True,
+                       "minItems": 1},
+            "flags": {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True, "maxItems": 2},
+        },
+        "required": ["colors", "flags"],
+    },
 }
 
 
@@ -312,6 +322,15 @@ def value_text(rng, root, schema, depth=0):
         if depth > 2:
             high = low
         count = rng.randint(low, high)
+        if schema.get("uniqueItems"):  # drawn until each value is new (the schemas keep count within them)
+            items, seen = [], []
+            while len(items) < count:
+                text = value_text(rng, root, rest, depth + 1)
+                value = json.loads(text)
+                if not any(value == v and type(value) is type(v) for v in seen):
+                    seen.append(value)
+                    items.append(text)
+            return array_text(rng, items)
         items = [value_text(rng, root, prefix[i] if i < len(prefix) else rest, depth + 1) for i in range(count)]
         return array_text(rng, items)
     if "properties" not in schema:

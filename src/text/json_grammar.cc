@@ -29,7 +29,7 @@ const std::set<std::string> kCompiled = {"type",  "enum",     "const",    "anyOf
                                          "items", "minItems", "maxItems", "minLength", "maxLength",
                                          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                          "pattern", "format", "prefixItems", "additionalItems", "minProperties",
-                                         "maxProperties"};
+                                         "maxProperties", "uniqueItems"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 bool has_bounds(const nlohmann::ordered_json& schema) {
@@ -420,12 +420,54 @@ class JsonGrammarBuilder::Compiler {
         items = compile(*rest, where + "/" + rest_key);
       }
     }
+    const int32_t distinct = unique_items(schema, items, prefix.empty(), where);
+    if (distinct >= 0) {
+      const auto values = static_cast<int64_t>(grammar_.nodes[static_cast<size_t>(distinct)].literals.size());
+      limit = limit >= 0 ? std::min(limit, values) : values;
+    }
     if (limit >= 0 && limit < min_items) fail(where, "minItems is more than the items the array may hold");
     GrammarNode& n = grammar_.nodes[node];
     n.min_items = min_items;
     n.max_items = limit;
     n.items = items;
     n.prefix = std::move(prefix);
+    n.distinct_items = distinct;
+    return node;
+  }
+
+  // uniqueItems true: the kLiterals node the items are (through $refs), so
+  // that the matcher can take each of its values once (Pydantic's set of an
+  // Enum or a Literal); -1 for false or absent. Other items, or a tuple, are
+  // refused: telling any two values apart is not what a matcher of bytes
+  // keeps.
+  int32_t unique_items(const Json& schema, int32_t items, bool plain, const std::string& where) {
+    const auto unique = schema.find("uniqueItems");
+    if (unique == schema.end()) return -1;
+    if (!unique->is_boolean()) fail(where + "/uniqueItems", "uniqueItems must be true or false");
+    if (!unique->get<bool>()) return -1;
+    int32_t node = items;
+    while (node >= 0 && grammar_.nodes[static_cast<size_t>(node)].kind == Kind::kAnyOf &&
+           grammar_.nodes[static_cast<size_t>(node)].options.size() == 1) {
+      node = grammar_.nodes[static_cast<size_t>(node)].options[0];  // a $ref's placeholder
+    }
+    if (!plain || node < 0 || grammar_.nodes[static_cast<size_t>(node)].kind != Kind::kLiterals) {
+      fail(where + "/uniqueItems",
+           "uniqueItems is supported for items of an enum, const or boolean (a set of an Enum or a Literal), "
+           "without prefixItems");
+    }
+    // Values written differently that JSON Schema holds equal (1 and 1.0,
+    // objects in another key order) would be two values to the matcher.
+    const std::vector<std::string>& texts = grammar_.nodes[static_cast<size_t>(node)].literals;
+    std::vector<nlohmann::json> values;
+    for (const std::string& text : texts) values.push_back(nlohmann::json::parse(text));
+    for (size_t i = 0; i < values.size(); ++i) {
+      for (size_t j = i + 1; j < values.size(); ++j) {
+        if (values[i] == values[j]) {
+          fail(where + "/uniqueItems", fmt::format("the items' values {} and {} are equal under uniqueItems: give "
+                                                   "one of them", texts[i], texts[j]));
+        }
+      }
+    }
     return node;
   }
 

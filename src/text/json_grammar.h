@@ -17,7 +17,8 @@
 //   false;
 //   arrays: items, prefixItems (a tuple: each of the first items its own
 //   schema, then items' or none with items false; draft 7's items as a
-//   list and additionalItems too), minItems, maxItems; strings: minLength, maxLength (code
+//   list and additionalItems too), minItems, maxItems, uniqueItems over
+//   items of an enum, const or boolean; strings: minLength, maxLength (code
 //   points; an escape counts as one), pattern (an ECMAScript regular
 //   expression, matched anywhere unless ^ / $ anchor it; regex_syntax.h says
 //   what is taken), format (json_string_formats.h: date, time, date-time,
@@ -30,7 +31,7 @@
 //   these keywords (an object's, an array's or a string's), else any value.
 //   Annotations (title, description, default, examples, $schema, $id,
 //   $comment, deprecated, readOnly, writeOnly, strict) are ignored.
-// Anything else (multipleOf, uniqueItems, ...) is refused with
+// Anything else (multipleOf, uniqueItems over other items, ...) is refused with
 // Error(kInvalidArgument) naming the keyword and where it is, rather than
 // quietly not enforced.
 #pragma once
@@ -73,6 +74,9 @@ struct GrammarNode {
   int32_t additional = -1;           // kObject with free keys: their values' node (-1: any value)
   int64_t min_properties = 0, max_properties = -1;  // kObject with free keys: how many; -1: no bound
   int32_t items = -1;                // kArray: the items after `prefix` (-1: any value)
+  // kArray with uniqueItems: the kLiterals node its items are, each of whose
+  // values it takes once (max_items at most their number); -1 otherwise.
+  int32_t distinct_items = -1;
   std::vector<int32_t> prefix;       // kArray: the first items' nodes, one each (a tuple)
   int64_t min_items = 0, max_items = -1;    // kArray; -1: no bound
   int64_t min_length = 0, max_length = -1;  // kString; -1: no bound

@@ -271,7 +271,7 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
             continue;
           case Kind::kLiterals:
             f = frame(FrameKind::kLiterals, f.node);
-            f.alive = first_bits(n.literals.size());
+            f.alive = first_bits(n.literals.size()) & ~taken_by_array(s);
             continue;
           case Kind::kSequence:
             f = frame(FrameKind::kSequence, f.node);
@@ -533,16 +533,37 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
           ++f.a;
           bool grows = false;
           for_each_bit(alive, [&](int i) { grows |= literals[i].size() > at + 1; });
-          if (!grows) s.pop_back();  // whole: what follows is the parent's
+          if (!grows) {  // whole (the one literal of this text): what follows is the parent's
+            const uint64_t written = alive & (~alive + 1);
+            s.pop_back();
+            mark_taken(s, written);
+          }
           return take();
         }
         if (!complete) return;
+        uint64_t written = 0;
+        for_each_bit(f.alive, [&](int i) {
+          if (literals[i].size() == at) written = uint64_t{1} << i;
+        });
         s.pop_back();  // the byte belongs to what follows the literal
+        mark_taken(s, written);
         continue;
       }
     }
     return;
   }
+}
+
+uint64_t JsonMatcher::taken_by_array(const Stack& s) const {
+  if (s.size() < 2) return 0;
+  const Frame& parent = s[s.size() - 2];
+  return parent.kind == FrameKind::kArray && grammar_->nodes[parent.node].distinct_items >= 0 ? parent.alive : 0;
+}
+
+void JsonMatcher::mark_taken(Stack& s, uint64_t literal) const {
+  if (s.empty()) return;
+  Frame& top = s.back();
+  if (top.kind == FrameKind::kArray && grammar_->nodes[top.node].distinct_items >= 0) top.alive |= literal;
 }
 
 bool JsonMatcher::feed_pattern_string(Stack& s, uint8_t c) const {

@@ -80,7 +80,9 @@ class JsonMatcher {
     // string: the value of a \u escape being read, or with a pattern the
     // pattern's automaton state; regex: the automaton state.
     int32_t b = 0;
-    uint64_t alive = 0;      // key, literals: the alternatives still matching; bounded integer: its magnitude
+    // key, literals: the alternatives still matching; bounded integer: its
+    // magnitude; array with distinct items: the values its items took.
+    uint64_t alive = 0;
     bool operator==(const Frame&) const = default;
   };
 
@@ -99,6 +101,12 @@ class JsonMatcher {
   // escapes are written there (\uXXXX is not): each stands for one byte the
   // automaton steps on.
   bool feed_pattern_string(Stack& s, uint8_t c) const;
+  // An array of distinct items (GrammarNode::distinct_items): the values its
+  // items took, which a new item (the top frame, its parent the array) may not
+  // take again; 0 for any other parent. mark_taken: a literal item just
+  // written, `s` its parent on top.
+  uint64_t taken_by_array(const Stack& s) const;
+  void mark_taken(Stack& s, uint64_t literal) const;
   // The automaton of a string or regex frame's node.
   const RegexAutomaton& pattern_of(const Frame& f) const {
     return *grammar_->patterns[static_cast<size_t>(grammar_->nodes[f.node].pattern)];

@@ -223,6 +223,32 @@ def test_bounded_numbers_maps_and_tuples_end_to_end(demo_server):
     assert stopped >= 5
 
 
+def palette(unique):
+    """Pydantic's set[Color] (or list[Color]): an enum's items through a $ref."""
+    return {"$defs": {"Color": {"enum": ["red", "green", "blue"], "type": "string"}},
+            "type": "object",
+            "properties": {"colors": {"type": "array", "items": {"$ref": "#/$defs/Color"}, "uniqueItems": unique,
+                                      "minItems": 2, "maxItems": 3}},
+            "required": ["colors"]}
+
+
+def test_a_set_of_an_enum_takes_each_value_once(demo_server):
+    repeated = 0
+    for seed in range(6):
+        for unique in (False, True):
+            body = complete(demo_server, max_tokens=200, temperature=1.0, seed=seed,
+                            response_format=json_schema_format(palette(unique)))
+            choice = body["choices"][0]
+            assert choice["finish_reason"] == "stop", choice
+            colors = json.loads(choice["text"])["colors"]
+            jsonschema.validate({"colors": colors}, palette(unique))
+            if unique:
+                assert len(set(colors)) == len(colors), colors
+            else:
+                repeated += len(set(colors)) < len(colors)
+    assert repeated >= 1, "the same requests without uniqueItems repeat a value"
+
+
 def test_vllms_guided_regex_is_matched_whole(demo_server):
     pattern = r"(yes|no), \d{1,3} (apples|pears)\."
     plain = complete(demo_server, max_tokens=20, temperature=1.0, seed=1)["choices"][0]["text"]
@@ -285,8 +311,8 @@ def test_a_conforming_answer_passes_unchanged_and_another_is_made_to_conform(tes
      "'#/pattern': lookaround assertions are not supported at offset 1"),
     (json_schema_format({"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}}), {},
      "response_format.json_schema.schema", "'#/properties/d/format': format 'hostname' is not supported"),
-    (json_schema_format({"type": "array", "uniqueItems": True}), {}, "response_format.json_schema.schema",
-     "'#': the keyword 'uniqueItems' is not supported"),
+    (json_schema_format({"type": "array", "items": {"type": "string"}, "uniqueItems": True}), {},
+     "response_format.json_schema.schema", "'#/uniqueItems': uniqueItems is supported for items of an enum"),
     (json_schema_format({"$ref": "#/$defs/none"}), {}, "response_format.json_schema.schema", "names nothing"),
     ("json", {}, "response_format", "must be an object"),
     ({"type": "json_object"}, {"ignore_eos": True}, "ignore_eos", "cannot be combined"),

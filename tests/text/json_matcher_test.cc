@@ -190,6 +190,32 @@ TEST(JsonMatcher, IntegerBoundsNearZeroHoldForEveryValue) {
   }
 }
 
+// Pydantic's set[Color]: uniqueItems over the items of an enum, through a $ref.
+TEST(JsonMatcher, DistinctItemsTakeEachValueOnce) {
+  const JsonGrammar colors = compile_json_schema(Json::parse(R"({
+    "$defs": {"Color": {"enum": ["red", "green", "blue"], "type": "string"}},
+    "type": "array", "items": {"$ref": "#/$defs/Color"}, "uniqueItems": true})"));
+  for (const char* in : {"[]", R"(["red"])", R"(["blue", "red", "green"])", R"([ "green" , "blue" ])"}) {
+    EXPECT_TRUE(takes(colors, in)) << in;
+  }
+  for (const char* out : {R"(["red", "red"])", R"(["blue", "red", "blue"])", R"(["red", "green", "blue", "red"])"}) {
+    EXPECT_FALSE(takes(colors, out)) << out;
+  }
+  JsonMatcher all(colors);
+  ASSERT_TRUE(all.advance(std::string_view(R"(["red", "green", "blue")")));
+  EXPECT_FALSE(JsonMatcher(all).advance(','));  // no value left: no fourth item begins
+  JsonMatcher two(colors);
+  ASSERT_TRUE(two.advance(std::string_view(R"(["green", "r)")));
+  EXPECT_FALSE(JsonMatcher(two).advance(std::string_view(R"(ed", "g)")));  // green is taken
+  EXPECT_TRUE(JsonMatcher(two).advance(std::string_view(R"(ed", "b)")));
+  // A value that begins another (1 and 12): the item is known at the byte after it.
+  const JsonGrammar numbers = compile_json_schema(Json::parse(R"({"items": {"enum": [1, 12, true]}, "uniqueItems": true})"));
+  EXPECT_TRUE(takes(numbers, "[12,1,true]"));
+  EXPECT_FALSE(takes(numbers, "[1,12,1]"));
+  EXPECT_FALSE(takes(numbers, "[12,true,12]"));
+  EXPECT_FALSE(takes(numbers, "[true,true]"));
+}
+
 TEST(JsonMatcher, FollowsRecursiveReferences) {
   const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
     "type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["next"]})"));
@@ -226,7 +252,13 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
                  "'#/properties/d/format': format 'hostname' is not supported (supported: date, time");
   expect_refused(R"({"type": "string", "pattern": "^ab$", "minLength": 3})", "no string of at least 3");
   expect_refused(R"({"pattern": "a", "format": "date"})", "pattern and format together");
-  expect_refused(R"({"type": "array", "uniqueItems": true})", "'uniqueItems'");
+  expect_refused(R"({"type": "array", "uniqueItems": true})", "'#/uniqueItems': uniqueItems is supported for items of");
+  expect_refused(R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})", "an enum, const or boolean");
+  expect_refused(R"({"type": "array", "items": {"enum": [1, 1.0, 2]}, "uniqueItems": true})",
+                 "the items' values 1 and 1.0 are equal");
+  expect_refused(R"({"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": true, "minItems": 3})",
+                 "minItems is more than the items the array may hold");
+  expect_refused(R"({"type": "array", "items": {"const": 1}, "uniqueItems": "yes"})", "must be true or false");
   // 9,001 automaton states a pattern: the third passes the grammar's budget for all of them.
   expect_refused(R"({"properties": {"a": {"pattern": "^(?:[a-z]{1000}){9}$"}, "b": {"pattern": "^(?:[a-z]{1000}){9}$"},
                      "c": {"pattern": "^(?:[a-z]{1000}){9}$"}}})",

@@ -130,7 +130,7 @@ TEST(PatternGrammar, GuidedRegexIsTheWholeText) {
 }
 
 // Random walks over allowed tokens: at every state some token is allowed or
-// the text may end. (Bounded numbers, tuples and maps ride along.)
+// the text may end. (Bounded numbers, tuples, maps and distinct items ride along.)
 TEST(PatternGrammar, AllowedTokensNeverLeadIntoADeadEnd) {
   std::vector<std::pair<std::string, std::shared_ptr<GrammarVocabulary>>> vocabularies;
   const auto demo_dir = testing::real_tokenizer_root() / "pattern_demo";
@@ -147,6 +147,7 @@ TEST(PatternGrammar, AllowedTokensNeverLeadIntoADeadEnd) {
         R"({"type": "array", "items": {"type": "string", "pattern": "x\\s*y", "maxLength": 6}, "maxItems": 3})",
         R"({"type": "string", "pattern": "^[\\u0400-\\u04FF ]{3,8}$"})",
         R"({"type": "array", "items": {"type": "string", "format": "uri", "maxLength": 40}, "maxItems": 2})",
+        R"({"type": "array", "items": {"enum": ["a", "ab", 3, true]}, "uniqueItems": true, "minItems": 4})",
         // Bounded numbers, a tuple and a map (not patterns, but as prone to dead ends).
         R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0.1, "maximum": 0.3},
             "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 2.5},
