@@ -22,7 +22,7 @@
 //   points; an escape counts as one), pattern (an ECMAScript regular
 //   expression, matched anywhere unless ^ / $ anchor it; regex_syntax.h says
 //   what is taken), format (json_string_formats.h: date, time, date-time,
-//   uuid, ipv4, ipv6, email, uri; one of pattern and format; a maxLength
+//   duration, uuid, ipv4, ipv6, email, uri; one of pattern and format; a maxLength
 //   beside one that the automaton cannot be multiplied by is counted, as
 //   GrammarNode::counted_max_length says); integers: minimum,
 //   maximum, exclusiveMinimum, exclusiveMaximum (within ±9e15); numbers:

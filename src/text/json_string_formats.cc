@@ -66,16 +66,31 @@ std::string uri() {
   return R"([A-Za-z][A-Za-z0-9+.\-]*:)" + hier + R"((?:\?)" + tail + ")?(?:#" + tail + ")?";
 }
 
+// RFC 3339's duration (its appendix A): "P", then years, months, days in
+// that order with nothing skipped between the first and the last given, or
+// weeks alone, and a "T" part of hours, minutes, seconds the same way; the
+// seconds may have a fraction (Pydantic writes PT0.5S). No negative or
+// fractional larger units: what every ISO 8601 reader takes
+// (jsonschema's check, isoduration, takes more).
+std::string duration() {
+  const std::string second = R"(\d+(?:\.\d+)?S)", minute = R"(\d+M(?:)" + second + ")?";
+  const std::string hour = R"(\d+H(?:)" + minute + ")?";
+  const std::string clock = "T(?:" + hour + "|" + minute + "|" + second + ")";
+  const std::string day = R"(\d+D)", month = R"(\d+M(?:)" + day + ")?", year = R"(\d+Y(?:)" + month + ")?";
+  return "P(?:(?:" + day + "|" + month + "|" + year + ")(?:" + clock + ")?|" + clock + R"(|\d+W))";
+}
+
 std::string email() {
   const std::string atom = R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)";
   const std::string label = R"([A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)";
   return atom + R"((?:\.)" + atom + ")*@(?:" + label + R"(\.)+[A-Za-z]{2,63})";
 }
 
-const std::array<std::pair<std::string_view, std::string (*)()>, 8> kFormats = {{
+const std::array<std::pair<std::string_view, std::string (*)()>, 9> kFormats = {{
     {"date", date},
     {"time", time},
     {"date-time", [] { return date() + "T" + time(); }},
+    {"duration", duration},
     {"uuid", [] { return std::string(R"([0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12})"); }},
     {"ipv4", ipv4},
     {"ipv6", ipv6},

@@ -72,6 +72,13 @@ TEST(PatternGrammar, FormatsRefuseImpossibleValuesAtTheirFirstWrongCharacter) {
   const JsonGrammar ip = schema(R"({"format": "ipv4"})");
   EXPECT_TRUE(JsonMatcher(ip).advance(std::string_view("\"10.0.255.1\"")));
   EXPECT_FALSE(JsonMatcher(ip).advance(std::string_view("\"10.0.256")));
+  const JsonGrammar span = schema(R"({"format": "duration"})");
+  for (const char* in : {"\"P1DT2H\"", "\"PT0.5S\"", "\"P3W\"", "\"P1Y2M3DT4H5M6S\"", "\"P1M\"", "\"PT1M\""}) {
+    EXPECT_TRUE(JsonMatcher(span).advance(std::string_view(in))) << in;
+  }
+  for (const char* out : {"\"P\"", "\"PT\"", "\"P1H", "\"P1.5D", "\"P1W2", "\"P1D1", "\"-P"}) {
+    EXPECT_FALSE(JsonMatcher(span).advance(std::string_view(out))) << out;
+  }
 }
 
 // Pydantic's HttpUrl: a URI of 1 to 2,083 characters. Its automaton times
