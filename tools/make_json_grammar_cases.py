@@ -168,6 +168,17 @@ SCHEMAS = {
         },
         "required": ["colors", "flags"],
     },
+    # Pydantic's dict[Color, int] and a map whose keys have a pattern: propertyNames.
+    "keyed_maps": {
+        "type": "object",
+        "properties": {
+            "by_color": {"type": "object", "additionalProperties": {"type": "integer"},
+                         "propertyNames": {"enum": ["red", "green", "r"]}, "maxProperties": 3},
+            "by_code": {"type": "object", "additionalProperties": {"type": "boolean"},
+                        "propertyNames": {"pattern": "^[A-Z]{2}$", "examples": ["FR", "DE", "JP"]}, "maxProperties": 2},
+        },
+        "required": ["by_color", "by_code"],
+    },
 }
 
 
@@ -342,7 +353,9 @@ def value_text(rng, root, schema, depth=0):
         values = (lambda: value_text(rng, root, extra, depth + 1)) if isinstance(extra, dict) else (
             lambda: any_text(rng, depth + 1))
         low = schema.get("minProperties", 0)
-        members = [(string_text(rng), values()) for _ in range(rng.randint(low, schema.get("maxProperties", low + 3)))]
+        names = schema.get("propertyNames")  # keys by it: a string's schema (its examples) or an enum's value
+        key = (lambda: value_text(rng, root, names, depth + 1)) if names is not None else (lambda: string_text(rng))
+        members = [(key(), values()) for _ in range(rng.randint(low, schema.get("maxProperties", low + 3)))]
         return object_text(rng, members)
     required = set(schema.get("required", []))
     members = []

@@ -29,7 +29,7 @@ const std::set<std::string> kCompiled = {"type",  "enum",     "const",    "anyOf
                                          "items", "minItems", "maxItems", "minLength", "maxLength",
                                          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                          "pattern", "format", "prefixItems", "additionalItems", "minProperties",
-                                         "maxProperties", "uniqueItems"};
+                                         "maxProperties", "uniqueItems", "propertyNames"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 bool has_bounds(const nlohmann::ordered_json& schema) {
@@ -435,6 +435,27 @@ class JsonGrammarBuilder::Compiler {
     return node;
   }
 
+  // A map's propertyNames: the node its keys are written by (through $refs),
+  // a string's (its pattern, format and lengths) or an enum's of strings
+  // (Pydantic's dict of a Literal or an Enum); -1 (any string) without it.
+  int32_t property_names(const Json& schema, const std::string& where) {
+    const auto names = schema.find("propertyNames");
+    if (names == schema.end()) return -1;
+    int32_t node = compile(*names, where + "/propertyNames");
+    while (grammar_.nodes[static_cast<size_t>(node)].kind == Kind::kAnyOf &&
+           grammar_.nodes[static_cast<size_t>(node)].options.size() == 1) {
+      node = grammar_.nodes[static_cast<size_t>(node)].options[0];  // a $ref's placeholder
+    }
+    const GrammarNode& n = grammar_.nodes[static_cast<size_t>(node)];
+    const bool strings = n.kind == Kind::kLiterals && std::all_of(n.literals.begin(), n.literals.end(), [](const auto& t) {
+      return t.starts_with('"');
+    });
+    if (n.kind != Kind::kString && !strings) {
+      fail(where + "/propertyNames", "propertyNames must be a string's schema or an enum of strings");
+    }
+    return node;
+  }
+
   // uniqueItems true: the kLiterals node the items are (through $refs), so
   // that the matcher can take each of its values once (Pydantic's set of an
   // Enum or a Literal); -1 for false or absent. Other items, or a tuple, are
@@ -502,15 +523,17 @@ class JsonGrammarBuilder::Compiler {
       if (!required.empty()) fail(where + "/required", "required names properties the schema does not list");
       if (max_properties >= 0 && max_properties < min_properties) fail(where, "maxProperties is below minProperties");
       if (!additional && min_properties > 0) fail(where, "minProperties beside additionalProperties false admits nothing");
+      const int32_t keys = property_names(schema, where);
       GrammarNode& n = grammar_.nodes[node];
       n.free_keys = additional;
       n.additional = additional_node;
       n.min_properties = min_properties;
       n.max_properties = max_properties;
+      n.keys = keys;
       return node;
     }
-    if (schema.contains("minProperties") || schema.contains("maxProperties")) {
-      fail(where, "minProperties and maxProperties are supported on objects without properties (maps)");
+    if (schema.contains("minProperties") || schema.contains("maxProperties") || schema.contains("propertyNames")) {
+      fail(where, "minProperties, maxProperties and propertyNames are supported on objects without properties (maps)");
     }
     if (!props->is_object()) fail(where + "/properties", "properties must be an object");
     if (props->size() > JsonGrammar::kMaxAlternatives) {

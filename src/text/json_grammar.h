@@ -14,7 +14,8 @@
 //   properties are written); an object with no properties takes any keys,
 //   their values any value or additionalProperties' schema (a map), as many
 //   as minProperties and maxProperties allow, none with additionalProperties
-//   false;
+//   false, the keys held to propertyNames (a string's schema or an enum of
+//   strings);
 //   arrays: items, prefixItems (a tuple: each of the first items its own
 //   schema, then items' or none with items false; draft 7's items as a
 //   list and additionalItems too), minItems, maxItems, uniqueItems over
@@ -72,6 +73,9 @@ struct GrammarNode {
   std::vector<Property> properties;  // kObject, at most kMaxAlternatives
   bool free_keys = false;            // kObject: any keys, each a value of `additional`
   int32_t additional = -1;           // kObject with free keys: their values' node (-1: any value)
+  // kObject with free keys: their node, a kString or a kLiterals of strings
+  // (propertyNames); -1: any string.
+  int32_t keys = -1;
   int64_t min_properties = 0, max_properties = -1;  // kObject with free keys: how many; -1: no bound
   int32_t items = -1;                // kArray: the items after `prefix` (-1: any value)
   // kArray with uniqueItems: the kLiterals node its items are, each of whose

@@ -324,7 +324,15 @@ void JsonMatcher::feed(Stack& s, uint8_t c, std::vector<Frame>& frames, std::vec
             if (n.free_keys) {
               if (n.max_properties >= 0 && f.a >= n.max_properties) return;
               ++f.a;
-              s.push_back(frame(FrameKind::kString, JsonGrammar::kAnyString));
+              if (n.keys >= 0 && nodes[n.keys].kind == Kind::kLiterals) {
+                // An enum's keys: their texts, past the opening quote just taken.
+                Frame key = frame(FrameKind::kLiterals, n.keys);
+                key.alive = first_bits(nodes[n.keys].literals.size());
+                key.a = 1;
+                s.push_back(key);
+              } else {
+                s.push_back(frame(FrameKind::kString, n.keys >= 0 ? n.keys : JsonGrammar::kAnyString));
+              }
             } else {
               const uint64_t window = key_window(f);
               if (window == 0) return;

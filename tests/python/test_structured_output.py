@@ -251,6 +251,34 @@ def test_a_set_of_an_enum_takes_each_value_once(demo_server):
     assert repeated >= 1, "the same requests without uniqueItems repeat a value"
 
 
+def counts_by_color(named):
+    """Pydantic's dict[Color, int] (or, without propertyNames, dict[str, int])."""
+    schema = {"$defs": {"Color": {"enum": ["red", "green", "blue"], "type": "string"}},
+              "type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1, "maxProperties": 2}
+    if named:
+        schema["propertyNames"] = {"$ref": "#/$defs/Color"}
+    return schema
+
+
+def test_a_maps_keys_hold_to_property_names(demo_server):
+    vocab = demo_vocab(demo_server)
+    bias = {str(vocab['"']): 6}  # so that the free keys of the unnamed map end soon
+    stray = 0
+    for seed in range(4):
+        for named in (False, True):
+            body = complete(demo_server, max_tokens=300, temperature=1.0, seed=seed, logit_bias=bias,
+                            response_format=json_schema_format(counts_by_color(named)))
+            choice = body["choices"][0]
+            assert choice["finish_reason"] == "stop", choice
+            value = json.loads(choice["text"])
+            jsonschema.validate(value, counts_by_color(named))
+            if named:
+                assert set(value) <= {"red", "green", "blue"}, value
+            else:
+                stray += not set(value) <= {"red", "green", "blue"}
+    assert stray >= 2, "the same requests without propertyNames write other keys"
+
+
 def test_vllms_guided_regex_is_matched_whole(demo_server):
     pattern = r"(yes|no), \d{1,3} (apples|pears)\."
     plain = complete(demo_server, max_tokens=20, temperature=1.0, seed=1)["choices"][0]["text"]

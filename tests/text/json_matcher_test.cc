@@ -216,6 +216,25 @@ TEST(JsonMatcher, DistinctItemsTakeEachValueOnce) {
   EXPECT_FALSE(takes(numbers, "[true,true]"));
 }
 
+// Pydantic's dict[Color, int] and a dict whose keys have a pattern: propertyNames.
+TEST(JsonMatcher, AMapsKeysHoldToPropertyNames) {
+  const JsonGrammar by_color = compile_json_schema(Json::parse(R"({
+    "$defs": {"Color": {"enum": ["red", "green", "r"], "type": "string"}},
+    "type": "object", "additionalProperties": {"type": "integer"}, "propertyNames": {"$ref": "#/$defs/Color"}})"));
+  for (const char* in : {"{}", R"({"red": 1})", R"({"r": 2, "green": 3})", R"({ "green" : 3 , "r":1 })"}) {
+    EXPECT_TRUE(takes(by_color, in)) << in;
+  }
+  for (const char* out : {R"({"blue": 1})", R"({"re": 1})", R"({"redd": 1})", R"({"": 1})", R"({"red": "x"})"}) {
+    EXPECT_FALSE(takes(by_color, out)) << out;
+  }
+  const JsonGrammar by_code = compile_json_schema(Json::parse(R"({
+    "type": "object", "propertyNames": {"pattern": "^[A-Z]{2}$"}, "maxProperties": 2})"));
+  EXPECT_TRUE(takes(by_code, R"({"FR": 1, "DE": [true]})"));
+  EXPECT_FALSE(takes(by_code, R"({"fr": 1})"));
+  EXPECT_FALSE(takes(by_code, R"({"FRA": 1})"));
+  EXPECT_FALSE(JsonMatcher(by_code).advance(std::string_view(R"({"F")")));  // refused at the quote
+}
+
 TEST(JsonMatcher, FollowsRecursiveReferences) {
   const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
     "type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["next"]})"));
@@ -259,6 +278,10 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
   expect_refused(R"({"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": true, "minItems": 3})",
                  "minItems is more than the items the array may hold");
   expect_refused(R"({"type": "array", "items": {"const": 1}, "uniqueItems": "yes"})", "must be true or false");
+  expect_refused(R"({"type": "object", "propertyNames": {"enum": ["a", 1]}})",
+                 "'#/propertyNames': propertyNames must be a string's schema or an enum of strings");
+  expect_refused(R"({"type": "object", "properties": {"a": {}}, "propertyNames": {"maxLength": 3}})",
+                 "propertyNames are supported on objects without properties");
   // 9,001 automaton states a pattern: the third passes the grammar's budget for all of them.
   expect_refused(R"({"properties": {"a": {"pattern": "^(?:[a-z]{1000}){9}$"}, "b": {"pattern": "^(?:[a-z]{1000}){9}$"},
                      "c": {"pattern": "^(?:[a-z]{1000}){9}$"}}})",

@@ -137,7 +137,7 @@ TEST(PatternGrammar, GuidedRegexIsTheWholeText) {
 }
 
 // Random walks over allowed tokens: at every state some token is allowed or
-// the text may end. (Bounded numbers, tuples, maps and distinct items ride along.)
+// the text may end. (Bounded numbers, tuples, maps, keys and distinct items ride along.)
 TEST(PatternGrammar, AllowedTokensNeverLeadIntoADeadEnd) {
   std::vector<std::pair<std::string, std::shared_ptr<GrammarVocabulary>>> vocabularies;
   const auto demo_dir = testing::real_tokenizer_root() / "pattern_demo";
@@ -155,6 +155,9 @@ TEST(PatternGrammar, AllowedTokensNeverLeadIntoADeadEnd) {
         R"({"type": "string", "pattern": "^[\\u0400-\\u04FF ]{3,8}$"})",
         R"({"type": "array", "items": {"type": "string", "format": "uri", "maxLength": 40}, "maxItems": 2})",
         R"({"type": "array", "items": {"enum": ["a", "ab", 3, true]}, "uniqueItems": true, "minItems": 4})",
+        R"({"type": "object", "additionalProperties": {"type": "integer", "maximum": 3},
+            "propertyNames": {"enum": ["a", "ab"]}, "maxProperties": 2})",
+        R"({"type": "object", "propertyNames": {"pattern": "^x[0-9]$"}, "minProperties": 1, "maxProperties": 2})",
         // Bounded numbers, a tuple and a map (not patterns, but as prone to dead ends).
         R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0.1, "maximum": 0.3},
             "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 2.5},
