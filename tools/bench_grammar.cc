@@ -4,7 +4,8 @@
 //
 // For each model directory's tokenizer: the time to index its vocabulary
 // (GrammarVocabulary, once per server), then, for response_format
-// json_object, a small schema, a schema of a format and a pattern, and a
+// json_object, a small schema, a schema of a format and a pattern, a URI of
+// up to 2,083 characters (far from and near that maximum), and a
 // guided_regex, the mean time of one step's token mask
 // (GrammarVocabulary::allowed) at each of a few points of a document: before
 // it, between values, inside a key, inside a string (with and without a
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -46,8 +48,23 @@ constexpr const char* kPatternSchema =
         "required": ["mail", "note"]})";
 const std::vector<std::string> kPatternPrefixes = {"{\"mail\": \"", "{\"mail\": \"ada.lo",
                                                    "{\"mail\": \"a@b.io\", \"note\": \"Ada Lo"};
+// Pydantic's HttpUrl: a URI of 1 to 2,083 characters, whose maximum the
+// matcher counts; far from it, and 10 characters before it.
+constexpr const char* kUrlSchema =
+    R"({"type": "object", "properties": {"site": {"type": "string", "format": "uri", "minLength": 1,
+        "maxLength": 2083}}, "required": ["site"]})";
+const std::vector<std::string> kUrlPrefixes = {"{\"site\": \"https://example.com/pa",
+                                               "{\"site\": \"https://example.com/" + std::string(2053, 'a')};
 constexpr const char* kGuidedRegex = R"((yes|no), \d{1,3} (apples|pears)\.)";
 const std::vector<std::string> kRegexPrefixes = {"", "yes, 1"};
+
+// A long prefix by its length and its end.
+std::string shortened(const std::string& prefix) {
+  if (prefix.size() <= 60) return prefix;
+  std::ostringstream out;
+  out << "(" << prefix.size() << " bytes) ..." << prefix.substr(prefix.size() - 20);
+  return out.str();
+}
 
 tessera::text::JsonGrammar guided_regex(const char* pattern) {
   tessera::text::JsonGrammarBuilder builder;
@@ -71,6 +88,7 @@ void bench(const std::string& name, const std::string& dir, int repeat) {
       {"schema", tessera::text::compile_json_schema(nlohmann::ordered_json::parse(kSchema)), kPrefixes},
       {"pattern_schema", tessera::text::compile_json_schema(nlohmann::ordered_json::parse(kPatternSchema)),
        kPatternPrefixes},
+      {"url_schema", tessera::text::compile_json_schema(nlohmann::ordered_json::parse(kUrlSchema)), kUrlPrefixes},
       {"guided_regex", guided_regex(kGuidedRegex), kRegexPrefixes}};
   std::vector<uint64_t> bits((static_cast<size_t>(vocabulary.size()) + 63) / 64);
   for (const auto& [grammar_name, grammar, prefixes] : grammars) {
@@ -85,7 +103,8 @@ void bench(const std::string& name, const std::string& dir, int repeat) {
       const double mask_ms = ms_since(t0) / repeat;
       int64_t allowed = 0;
       for (uint64_t w : bits) allowed += __builtin_popcountll(w);
-      nlohmann::json line = {{"name", name}, {"grammar", grammar_name}, {"after", prefix}, {"allowed", allowed},
+      const std::string after = shortened(prefix);
+      nlohmann::json line = {{"name", name}, {"grammar", grammar_name}, {"after", after}, {"allowed", allowed},
                              {"mask_ms", mask_ms}};
       // Inside a pattern: the mask again with the pattern state's plain tokens cached (a request's later steps).
       bool any_plain = false;
