@@ -200,8 +200,22 @@ def body_cases():
         fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
         cases.append((f"response_format schema {i}", "/v1/chat/completions", dict(CHAT, response_format=fmt)))
         cases.append((f"guided_json {i}", "/v1/completions", dict(COMPLETION, guided_json=schema)))
+        cases.append((f"structured_outputs json {i}", "/v1/chat/completions",
+                      dict(CHAT, structured_outputs={"json": schema})))
     for value in ([], [""], [5], "yes", {"a": 1}, ["x"] * 65):
         cases.append((f"guided_choice={value}", "/v1/completions", dict(COMPLETION, guided_choice=value)))
+    # LMDeploy's regex_schema and vLLM's structured_outputs: wrong types, hostile patterns, unknown keys.
+    for i, pattern in enumerate([5, None, "(a", "(?<=a)b", "(a|b)*a(a|b){20}", "a{1,100000}", "\\1", "[z-a]"]):
+        cases.append((f"regex_schema {i}", "/v1/chat/completions",
+                      dict(CHAT, response_format={"type": "regex_schema", "regex_schema": pattern})))
+        if pattern is not None:
+            cases.append((f"structured_outputs regex {i}", "/v1/completions",
+                          dict(COMPLETION, structured_outputs={"regex": pattern})))
+    for i, outputs in enumerate([5, "json", [], {}, {"json_object": "yes"}, {"grammar": "root ::= x"},
+                                 {"choice": []}, {"choice": "a"}, {"json": "{"}, {"regex": "a", "json": {}},
+                                 {"json_object": True, "choice": ["a"]}, {"disable_any_whitespace": 1, "json": {}},
+                                 {"unknown": 1}, {"json_object": False}]):
+        cases.append((f"structured_outputs {i}", "/v1/chat/completions", dict(CHAT, structured_outputs=outputs)))
     cases += [("tool_choice required without tools", "/v1/chat/completions", dict(CHAT, tool_choice="required"))]
     cases += [("body null", "/v1/chat/completions", b"null"), ("body list", "/v1/completions", b"[]"),
               ("body string", "/v1/chat/completions", b'"x"'), ("body number", "/v1/completions", b"5"),
