@@ -13,7 +13,8 @@ tessera's JsonMatcher takes every canonical document and no invalid one.
 
     python3 tools/make_json_grammar_cases.py [OUT]
 
-Needs jsonschema, rfc3339-validator, rfc3986-validator and isoduration (requirements-test.txt).
+Needs jsonschema, rfc3339-validator, rfc3986-validator, isoduration and fqdn
+(requirements-test.txt).
 Deterministic: the same file on every run.
 """
 
@@ -144,7 +145,8 @@ SCHEMAS = {
         "required": ["date", "time", "at", "id", "ip", "mail"],
     },
     # Pydantic's IPv6Address, HttpUrl (a URI of 1 to 2,083 characters, whose
-    # maximum the matcher counts) and timedelta, and a URI at its maximum of 40.
+    # maximum the matcher counts) and timedelta, a URI at its maximum of 40,
+    # and a host name (one at its 253 characters).
     "more_formats": {
         "type": "object",
         "properties": {
@@ -155,8 +157,10 @@ SCHEMAS = {
             "short": {"type": "string", "format": "uri", "maxLength": 40,
                       "examples": ["https://example.com/some/longer/path1234", "ftp://a.b/c%20d", "x:y"]},
             "span": {"type": "string", "format": "duration", "examples": ["P1DT2H", "PT0.5S", "P3W", "P1Y2M3DT4H5M6S"]},
+            "host": {"type": "string", "format": "hostname",
+                     "examples": ["localhost", "my-host.example.com", "x1.y2", ".".join(["a" * 63] * 3 + ["b" * 61])]},
         },
-        "required": ["v6", "site", "short", "span"],
+        "required": ["v6", "site", "short", "span", "host"],
     },
     # Pydantic's set of an Enum or a Literal: uniqueItems over an enum's items.
     "distinct_items": {
@@ -197,7 +201,7 @@ def is_email(instance):
 FORMAT_CHECKER = copy.deepcopy(jsonschema.Draft202012Validator.FORMAT_CHECKER)
 FORMAT_CHECKER.checkers["email"] = (is_email, ())
 # jsonschema leaves a format unchecked when its checker's package is missing.
-for _format in ("date-time", "time", "uri", "ipv6", "duration"):
+for _format in ("date-time", "time", "uri", "ipv6", "duration", "hostname"):
     assert _format in FORMAT_CHECKER.checkers, \
         f"jsonschema cannot check '{_format}': pip install -r requirements-test.txt"
 

@@ -288,6 +288,11 @@ class JsonGrammarBuilder::Compiler {
         fail(where + "/format",
              fmt::format("format '{}' is not supported (supported: {})", text, json_string_format_names()));
       }
+      // A format's own bound on its length (a host name's 253 characters).
+      if (const int64_t most = json_string_format_max_length(text); most >= 0) {
+        max_length = max_length >= 0 ? std::min(max_length, most) : most;
+        if (max_length < min_length) fail(where, fmt::format("minLength is more than format '{}' allows", text));
+      }
       text = std::move(*format_pattern);
     }
     const size_t left = JsonGrammar::kMaxPatternStates - pattern_states_;

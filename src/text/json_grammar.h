@@ -23,9 +23,9 @@
 //   points; an escape counts as one), pattern (an ECMAScript regular
 //   expression, matched anywhere unless ^ / $ anchor it; regex_syntax.h says
 //   what is taken), format (json_string_formats.h: date, time, date-time,
-//   duration, uuid, ipv4, ipv6, email, uri; one of pattern and format; a maxLength
-//   beside one that the automaton cannot be multiplied by is counted, as
-//   GrammarNode::counted_max_length says); integers: minimum,
+//   duration, uuid, ipv4, ipv6, email, hostname, uri; one of pattern and
+//   format; a maxLength beside one that the automaton cannot be multiplied
+//   by is counted, as GrammarNode::counted_max_length says); integers: minimum,
 //   maximum, exclusiveMinimum, exclusiveMaximum (within ±9e15); numbers:
 //   the same bounds (json_number_bounds.h: such a number is written without
 //   an exponent, in at most 15 digits). A schema without type takes it from

@@ -80,13 +80,21 @@ std::string duration() {
   return "P(?:(?:" + day + "|" + month + "|" + year + ")(?:" + clock + ")?|" + clock + R"(|\d+W))";
 }
 
+// RFC 1123's host name: dot-separated labels of 1-63 letters, digits and
+// inner hyphens (no trailing dot), 253 characters at most
+// (json_string_format_max_length).
+std::string hostname() {
+  const std::string label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+  return label + R"((?:\.)" + label + ")*";
+}
+
 std::string email() {
   const std::string atom = R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)";
   const std::string label = R"([A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)";
   return atom + R"((?:\.)" + atom + ")*@(?:" + label + R"(\.)+[A-Za-z]{2,63})";
 }
 
-const std::array<std::pair<std::string_view, std::string (*)()>, 9> kFormats = {{
+const std::array<std::pair<std::string_view, std::string (*)()>, 10> kFormats = {{
     {"date", date},
     {"time", time},
     {"date-time", [] { return date() + "T" + time(); }},
@@ -95,6 +103,7 @@ const std::array<std::pair<std::string_view, std::string (*)()>, 9> kFormats = {
     {"ipv4", ipv4},
     {"ipv6", ipv6},
     {"email", email},
+    {"hostname", hostname},
     {"uri", uri},
 }};
 
@@ -106,6 +115,8 @@ std::optional<std::string> json_string_format_pattern(std::string_view format) {
   }
   return std::nullopt;
 }
+
+int64_t json_string_format_max_length(std::string_view format) { return format == "hostname" ? 253 : -1; }
 
 std::string json_string_format_names() {
   std::string out;

@@ -15,10 +15,13 @@
 //   email      a dot-atom local part, "@", dot-separated host labels of
 //              letters, digits and inner hyphens ending in a letters-only
 //              top label (no quoted local parts, no address literals);
+//   hostname   RFC 1123: dot-separated labels of 1-63 letters, digits and
+//              inner hyphens, no trailing dot, at most 253 characters;
 //   uri        RFC 3986's URI, all of it (a scheme, ":", an authority or a
 //              path, a query, a fragment; percent-encodings).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +31,10 @@ namespace tessera::text {
 // The pattern (anchored at both ends) of `format`, or nullopt for a format
 // not listed above.
 std::optional<std::string> json_string_format_pattern(std::string_view format);
+
+// The most characters `format` allows whatever the schema's maxLength
+// (hostname: 253), or -1 for no such bound.
+int64_t json_string_format_max_length(std::string_view format);
 
 // The names above, for error messages: "date, time, ...".
 std::string json_string_format_names();

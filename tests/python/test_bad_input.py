@@ -192,7 +192,7 @@ def body_cases():
                {"enum": list(range(100))}, {"properties": {str(i): {} for i in range(100)}},
                {"anyOf": [{"anyOf": [{"type": ["string", "null", "integer"]}] * 30}] * 30},
                {"type": "string", "pattern": "^(a"}, {"type": "string", "pattern": "(a|b)*a(a|b){20}"},
-               {"type": "string", "format": "hostname"}, {"type": "string", "pattern": 5},
+               {"type": "string", "format": "iri"}, {"type": "string", "pattern": 5},
                {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}},
                {"type": "number", "minimum": 1e300}, {"type": "array", "prefixItems": 5},
                {"type": "string", "minLength": 5, "maxLength": 2}, False]

@@ -158,25 +158,27 @@ PATTERNS = {
         "site": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083},  # Pydantic's HttpUrl
         "link": {"type": "string", "format": "uri", "maxLength": 24},
         "span": {"type": "string", "format": "duration"},  # Pydantic's timedelta
+        "host": {"type": "string", "format": "hostname"},
     },
-    "required": ["code", "day", "at", "id", "ip", "mail", "word", "v6", "site", "link", "span"],
+    "required": ["code", "day", "at", "id", "ip", "mail", "word", "v6", "site", "link", "span", "host"],
 }
 
 
 def test_patterns_and_formats_hold_end_to_end(demo_server):
     # The reference: jsonschema's draft 2020-12 format checks (time and
     # date-time through rfc3339-validator, uri through rfc3986-validator,
-    # duration through isoduration), which check formats only when asked.
+    # duration through isoduration, hostname through fqdn), which check
+    # formats only when asked.
     validator = jsonschema.Draft202012Validator(PATTERNS, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     good = {"code": "AB-123", "day": "2024-02-29", "at": "2024-02-29T12:00:00Z",
             "id": "123e4567-e89b-12d3-a456-426614174000", "ip": "10.0.0.1", "mail": "a@b.io", "word": "abc",
-            "v6": "::1", "site": "https://example.com/a?b", "link": "x:y", "span": "PT0.5S"}
+            "v6": "::1", "site": "https://example.com/a?b", "link": "x:y", "span": "PT0.5S", "host": "a.b"}
     assert validator.is_valid(good)
     # Each format is checked: a value that breaks only it is refused (date-time needs rfc3339-validator).
     # jsonschema's email check wants only an "@"; the standard library's address parser is the stricter reference.
     for key, bad in [("day", "2023-02-29"), ("at", "2024-02-29 12:00:00"), ("id", "123"), ("ip", "1.2.3.256"),
                      ("v6", "1::2::3"), ("site", "example.com"), ("link", "https://example.com/" + 10 * "a"),
-                     ("span", "P1H")]:
+                     ("span", "P1H"), ("host", "a..b")]:
         assert not validator.is_valid({**good, key: bad}), key
     # A nudge towards colons and quotes: a URI of up to 2,083 characters needs
     # its scheme's colon, and random weights may otherwise ramble in it past max_tokens.
@@ -339,8 +341,8 @@ def test_a_conforming_answer_passes_unchanged_and_another_is_made_to_conform(tes
     ({"type": "json_schema", "json_schema": {"name": "x"}}, {}, "response_format.json_schema.schema", "is required"),
     (json_schema_format({"type": "string", "pattern": "^(?=a)"}), {}, "response_format.json_schema.schema",
      "'#/pattern': lookaround assertions are not supported at offset 1"),
-    (json_schema_format({"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}}), {},
-     "response_format.json_schema.schema", "'#/properties/d/format': format 'hostname' is not supported"),
+    (json_schema_format({"type": "object", "properties": {"d": {"type": "string", "format": "iri"}}}), {},
+     "response_format.json_schema.schema", "'#/properties/d/format': format 'iri' is not supported"),
     (json_schema_format({"type": "array", "items": {"type": "string"}, "uniqueItems": True}), {},
      "response_format.json_schema.schema", "'#/uniqueItems': uniqueItems is supported for items of an enum"),
     (json_schema_format({"$ref": "#/$defs/none"}), {}, "response_format.json_schema.schema", "names nothing"),

@@ -102,6 +102,18 @@ TEST(PatternGrammar, ALongMaximumBesideALargeAutomatonIsCounted) {
   EXPECT_TRUE(JsonMatcher(near).advance('b'));
   EXPECT_FALSE(JsonMatcher(near).advance(std::string_view("\u00e9\u00e9")));  // not a URI's character anyway
   EXPECT_FALSE(JsonMatcher(url).advance(std::string_view("\"\"")));  // minLength 1, and "" is no URI
+  // A host name's own bound: 253 characters, counted (no maxLength in the schema).
+  const JsonGrammar host = schema(R"({"format": "hostname"})");
+  ASSERT_EQ(host.nodes[static_cast<size_t>(host.root)].counted_max_length, 253);
+  std::string labels;  // 63 + 1 + 63 + 1 + 63 + 1 + 61 = 253 characters
+  for (const int size : {63, 63, 63, 61}) labels += (labels.empty() ? "" : ".") + std::string(size, 'a');
+  EXPECT_TRUE(JsonMatcher(host).advance(std::string_view("\"" + labels + "\"")));
+  EXPECT_FALSE(JsonMatcher(host).advance(std::string_view("\"" + labels + "a")));  // a 254th character
+  EXPECT_FALSE(JsonMatcher(host).advance(std::string_view("\"" + std::string(64, 'a'))));  // a 64-letter label
+  for (const char* out : {"\"-a", "\"a-\"", "\"a..b", "\"a.\"", "\"a_b"}) {
+    EXPECT_FALSE(JsonMatcher(host).advance(std::string_view(out))) << out;
+  }
+  EXPECT_TRUE(JsonMatcher(host).advance(std::string_view("\"my-host.example.com\"")));
   const JsonGrammar ipv6 = schema(R"({"format": "ipv6"})");
   EXPECT_TRUE(JsonMatcher(ipv6).advance(std::string_view("\"::ffff:10.0.0.1\"")));
   EXPECT_FALSE(JsonMatcher(ipv6).advance(std::string_view("\"1::2::")));

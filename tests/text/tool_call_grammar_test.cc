@@ -71,7 +71,7 @@ TEST(ToolCallGrammar, HoldsTheArgumentsToTheChosenToolsSchema) {
 
 TEST(ToolCallGrammar, ASchemaOutsideTheSubsetTakesAnyObjectAndSaysWhy) {
   const std::vector<ToolSignature> loose_tools = {
-      {"when", Json::parse(R"({"type": "object", "properties": {"day": {"type": "string", "format": "hostname"}}})")},
+      {"when", Json::parse(R"({"type": "object", "properties": {"day": {"type": "string", "format": "iri"}}})")},
       {"any", Json()}};
   const ToolCallGrammar grammar = tool_call_grammar(ToolCallFormat::kLlama3, loose_tools);
   ASSERT_EQ(grammar.loose.size(), 1u);
