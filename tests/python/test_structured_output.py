@@ -64,6 +64,17 @@ def complete(server, **body):
     return reply.json()
 
 
+def finished_values(server, schema, bias):
+    """The parsed answers that ended with the value (finish_reason "stop") of
+    two choices at each of four seeds under `schema`, sampled with `bias`."""
+    values = []
+    for seed in range(4):
+        body = complete(server, max_tokens=500, temperature=1.0, seed=seed, n=2, logit_bias=bias,
+                        response_format=json_schema_format(schema))
+        values += [json.loads(c["text"]) for c in body["choices"] if c["finish_reason"] == "stop"]
+    return values
+
+
 def keys_in_schema_order(value, schema):
     order = list(schema["properties"])
     positions = [order.index(k) for k in value]
@@ -184,18 +195,11 @@ def test_patterns_and_formats_hold_end_to_end(demo_server):
     # its scheme's colon, and random weights may otherwise ramble in it past max_tokens.
     vocab = demo_vocab(demo_server)
     bias = {str(vocab['"']): 4, str(vocab[":"]): 4}
-    stopped = 0
-    for seed in range(4):
-        body = complete(demo_server, max_tokens=500, temperature=1.0, seed=seed, n=2, logit_bias=bias,
-                        response_format=json_schema_format(PATTERNS))
-        for choice in body["choices"]:
-            if choice["finish_reason"] != "stop":
-                continue
-            stopped += 1
-            value = json.loads(choice["text"])
-            validator.validate(value)
-            assert Address(addr_spec=value["mail"]).addr_spec == value["mail"]
-    assert stopped >= 4
+    values = finished_values(demo_server, PATTERNS, bias)
+    for value in values:
+        validator.validate(value)
+        assert Address(addr_spec=value["mail"]).addr_spec == value["mail"]
+    assert len(values) >= 4
 
 
 SCORES = {
@@ -215,16 +219,10 @@ def test_bounded_numbers_maps_and_tuples_end_to_end(demo_server):
     # Pydantic's confloat(ge=0, le=1), dict[str, NonNegativeInt] and tuple[str, bool].
     vocab = demo_vocab(demo_server)
     bias = {str(vocab['"']): 6, str(vocab["}"]): 6}  # so that the map's free keys mostly end within max_tokens
-    stopped = 0
-    for seed in range(4):
-        body = complete(demo_server, max_tokens=500, temperature=1.0, seed=seed, n=2, logit_bias=bias,
-                        response_format=json_schema_format(SCORES))
-        for choice in body["choices"]:
-            if choice["finish_reason"] != "stop":
-                continue
-            stopped += 1
-            jsonschema.validate(json.loads(choice["text"]), SCORES)
-    assert stopped >= 5
+    values = finished_values(demo_server, SCORES, bias)
+    for value in values:
+        jsonschema.validate(value, SCORES)
+    assert len(values) >= 5
 
 
 def palette(unique):
