@@ -20,6 +20,7 @@ Deterministic: the same file on every run.
 
 import copy
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -183,7 +184,32 @@ SCHEMAS = {
         },
         "required": ["by_color", "by_code"],
     },
+    # multipleOf, whole: an integer's, and a number's (written as an integer).
+    "multiples": {
+        "type": "object",
+        "properties": {
+            "even": {"type": "integer", "multipleOf": 2},
+            "step": {"type": "integer", "multipleOf": 5, "minimum": -12, "maximum": 40},
+            "quarters": {"type": "integer", "multipleOf": 25, "exclusiveMinimum": 0},
+            "whole": {"type": ["number", "null"], "multipleOf": 3.0, "maximum": 100.5},
+            "big": {"type": "integer", "multipleOf": 1000000007},
+        },
+        "required": ["even", "step", "quarters", "whole", "big"],
+    },
+    # Pydantic's dict[constr(pattern=...), int]: patternProperties of one pattern.
+    "pattern_maps": {
+        "type": "object",
+        "properties": {
+            "codes": {"type": "object", "patternProperties": {"^[a-z]{2}_\\d$": {"type": "integer", "minimum": 0}},
+                      "additionalProperties": False, "maxProperties": 3},
+            "tagged": {"patternProperties": {"-": {"type": ["string", "null"], "maxLength": 2}}},
+        },
+        "required": ["codes", "tagged"],
+    },
 }
+
+# Keys that match each patternProperties pattern above, for the writer.
+PATTERN_KEYS = {"^[a-z]{2}_\\d$": ["ab_1", "zz_9", "qx_0"], "-": ["-", "a-b", "x-\u00e9", "--"]}
 
 
 def is_email(instance):
@@ -241,6 +267,20 @@ def number_text(rng, integer):
         if rng.random() < 0.3:
             text += rng.choice("eE") + rng.choice(["", "+", "-"]) + str(rng.randint(0, 99))
     return text
+
+
+def multiple_text(rng, schema):
+    """A multiple of a whole multipleOf within the bounds, as structured output writes it: at most 15 digits."""
+    largest = 10**15 - 1
+    low = max([-largest] + [math.ceil(schema[k]) for k in ("minimum",) if k in schema]
+              + [math.floor(schema[k]) + 1 for k in ("exclusiveMinimum",) if k in schema])
+    high = min([largest] + [math.floor(schema[k]) for k in ("maximum",) if k in schema]
+               + [math.ceil(schema[k]) - 1 for k in ("exclusiveMaximum",) if k in schema])
+    m = int(schema["multipleOf"])
+    first, last = -(-low // m), high // m
+    # Small multiples as often as large ones.
+    k = rng.choice([rng.randint(first, last), rng.randint(max(first, -20), min(last, 20))])
+    return str(k * m)
 
 
 def bounded_number_text(rng, schema):
@@ -317,6 +357,8 @@ def value_text(rng, root, schema, depth=0):
         if "examples" in schema:
             return json.dumps(rng.choice(schema["examples"]), ensure_ascii=False)
         return string_text(rng, schema.get("minLength", 0), schema.get("maxLength"))
+    if kind in ("integer", "number") and "multipleOf" in schema:
+        return multiple_text(rng, schema)
     if kind == "integer" and any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")):
         low = max(schema.get("minimum", -10**12), schema.get("exclusiveMinimum", -10**12 - 1) + 1)
         high = min(schema.get("maximum", 10**12), schema.get("exclusiveMaximum", 10**12 + 1) - 1)
@@ -359,6 +401,11 @@ def value_text(rng, root, schema, depth=0):
         low = schema.get("minProperties", 0)
         names = schema.get("propertyNames")  # keys by it: a string's schema (its examples) or an enum's value
         key = (lambda: value_text(rng, root, names, depth + 1)) if names is not None else (lambda: string_text(rng))
+        if "patternProperties" in schema:  # keys matching the one pattern, with its values
+            [(pattern, sub)] = schema["patternProperties"].items()
+            # Raw UTF-8: a string under a pattern is written without \u escapes.
+            key = lambda: json.dumps(rng.choice(PATTERN_KEYS[pattern]), ensure_ascii=False)
+            values = lambda: value_text(rng, root, sub, depth + 1)
         members = [(key(), values()) for _ in range(rng.randint(low, schema.get("maxProperties", low + 3)))]
         return object_text(rng, members)
     required = set(schema.get("required", []))

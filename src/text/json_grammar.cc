@@ -9,6 +9,8 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "text/json_string_formats.h"
@@ -29,7 +31,8 @@ const std::set<std::string> kCompiled = {"type",  "enum",     "const",    "anyOf
                                          "items", "minItems", "maxItems", "minLength", "maxLength",
                                          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                          "pattern", "format", "prefixItems", "additionalItems", "minProperties",
-                                         "maxProperties", "uniqueItems", "propertyNames"};
+                                         "maxProperties", "uniqueItems", "propertyNames", "multipleOf",
+                                         "patternProperties"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 bool has_bounds(const nlohmann::ordered_json& schema) {
@@ -108,8 +111,8 @@ class JsonGrammarBuilder::Compiler {
         fail(where, fmt::format("the keyword '{}' is not supported by structured output (supported: type, enum, "
                                 "const, anyOf, oneOf, allOf of one schema, $ref, properties, required, "
                                 "additionalProperties false or a schema without properties, items, prefixItems, "
-                                "minItems, maxItems, minLength, maxLength, pattern, format, and an integer's minimum "
-                                "and maximum)",
+                                "minItems, maxItems, minLength, maxLength, pattern, format, and a number's minimum, "
+                                "maximum and whole multipleOf)",
                                 key));
       }
     }
@@ -144,17 +147,19 @@ class JsonGrammarBuilder::Compiler {
     }
     const auto type = schema.find("type");
     if (type == schema.end()) {
-      for (const char* key : {"properties", "required", "additionalProperties", "minProperties", "maxProperties"}) {
+      for (const char* key : {"properties", "required", "additionalProperties", "minProperties", "maxProperties",
+                              "propertyNames", "patternProperties"}) {
         if (schema.contains(key)) return typed(schema, "object", where);
       }
-      if (schema.contains("items") || schema.contains("prefixItems") || schema.contains("minItems") ||
-          schema.contains("maxItems")) {
-        return typed(schema, "array", where);
+      for (const char* key : {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"}) {
+        if (schema.contains(key)) return typed(schema, "array", where);
       }
       for (const char* key : {"minLength", "maxLength", "pattern", "format"}) {
         if (schema.contains(key)) return typed(schema, "string", where);
       }
-      if (has_bounds(schema)) fail(where, "bounds need a type: \"integer\" or \"number\"");
+      if (has_bounds(schema) || schema.contains("multipleOf")) {
+        fail(where, "bounds and multipleOf need a type: \"integer\" or \"number\"");
+      }
       return JsonGrammar::kAnyValue;
     }
     if (type->is_string()) return typed(schema, type->get<std::string>(), where);
@@ -251,6 +256,8 @@ class JsonGrammarBuilder::Compiler {
       node.pattern = string_pattern(schema, node.min_length, node.max_length, where, node.counted_max_length);
       return add(std::move(node));
     }
+    // A number that must be a multiple of a whole number is an integer.
+    if (type == "number" && schema.contains("multipleOf")) return integer(schema, where);
     if (type == "number") {
       GrammarNode node = node_of(Kind::kNumber);
       node.number_bounds = number_bounds(schema, where);
@@ -295,6 +302,14 @@ class JsonGrammarBuilder::Compiler {
       }
       text = std::move(*format_pattern);
     }
+    return pattern_automaton(text, min_length, max_length, where + "/" + key, counted_max);
+  }
+
+  // The automaton of `text`, an ECMAScript pattern matched anywhere in a
+  // string's characters, with the length bounds (string_pattern says how);
+  // `where` is where the pattern is, for errors.
+  int32_t pattern_automaton(const std::string& text, int64_t min_length, int64_t max_length, const std::string& where,
+                            int64_t& counted_max) {
     const size_t left = JsonGrammar::kMaxPatternStates - pattern_states_;
     const size_t cap = std::min(RegexAutomaton::kMaxStates, left);
     const uint64_t work_cap = std::min(RegexAutomaton::kMaxWork, JsonGrammar::kMaxPatternWork - pattern_work_);
@@ -325,7 +340,7 @@ class JsonGrammarBuilder::Compiler {
                             "build them)",
                             JsonGrammar::kMaxPatternStates, left, JsonGrammar::kMaxPatternWork)
               : std::string();
-      fail(where + "/" + key, e.message() + budget);
+      fail(where, e.message() + budget);
     }
   }
 
@@ -388,7 +403,43 @@ class JsonGrammarBuilder::Compiler {
     if (node.has_minimum && node.has_maximum && node.minimum > node.maximum) {
       fail(where, "no integer lies between its minimum and maximum");
     }
+    node.multiple_of = whole_multiple(schema, where);
+    if (node.multiple_of > 0 && !has_multiple_within(node)) {
+      fail(where, fmt::format("no multiple of {} of at most {} digits lies between its minimum and maximum",
+                              node.multiple_of, GrammarNode::kMultipleMaxDigits));
+    }
     return add(std::move(node));
+  }
+
+  // multipleOf as GrammarNode::multiple_of: a whole number up to 9e15, or 0
+  // where there is none (or it is 1, which asks no more than an integer).
+  int64_t whole_multiple(const Json& schema, const std::string& where) {
+    const auto it = schema.find("multipleOf");
+    if (it == schema.end()) return 0;
+    if (!it->is_number() || !(it->get<double>() > 0)) {
+      fail(where + "/multipleOf", "multipleOf must be a number above 0");
+    }
+    const double v = it->get<double>();
+    if (v != std::floor(v) || v > 9e15) {
+      fail(where + "/multipleOf",
+           fmt::format("multipleOf {} is not supported by structured output: only a whole number up to 9e15 is (a "
+                       "validator divides in binary floating point, by which 0.07 is no multiple of 0.01)",
+                       it->dump()));
+    }
+    return v == 1 ? 0 : static_cast<int64_t>(v);
+  }
+
+  // Whether some multiple of node.multiple_of lies within the node's bounds
+  // and has at most kMultipleMaxDigits digits.
+  static bool has_multiple_within(const GrammarNode& node) {
+    constexpr int64_t kLargest = 999'999'999'999'999;  // kMultipleMaxDigits nines
+    static_assert(GrammarNode::kMultipleMaxDigits == 15);
+    const int64_t low = node.has_minimum ? std::max(node.minimum, -kLargest) : -kLargest;
+    const int64_t high = node.has_maximum ? std::min(node.maximum, kLargest) : kLargest;
+    const int64_t m = node.multiple_of;
+    // The least multiple at or above `low` (division truncates toward zero).
+    const int64_t first = low >= 0 ? (low + m - 1) / m * m : -(-low / m * m);
+    return first <= high;
   }
 
   int32_t array(const Json& schema, const std::string& where) {
@@ -461,6 +512,23 @@ class JsonGrammarBuilder::Compiler {
     return node;
   }
 
+  // A map's patternProperties of one pattern (Pydantic's dict of a
+  // constr(pattern=...)): the node of its keys, a string matching the
+  // pattern anywhere, and of its values. Under several patterns a key
+  // matching two would owe both values, which the matcher does not keep.
+  std::pair<int32_t, int32_t> pattern_properties(const Json& patterned, const std::string& where) {
+    if (!patterned.is_object() || patterned.size() != 1) {
+      fail(where + "/patternProperties",
+           "patternProperties is supported with one pattern (a map whose keys have a pattern)");
+    }
+    const std::string& pattern = patterned.begin().key();
+    const std::string at = where + "/patternProperties/" + escape_pointer_token(pattern);
+    GrammarNode keys = node_of(Kind::kString);
+    keys.pattern = pattern_automaton(pattern, 0, -1, at, keys.counted_max_length);
+    const int32_t key_node = add(std::move(keys));
+    return {key_node, compile(patterned.begin().value(), at)};
+  }
+
   // uniqueItems true: the kLiterals node the items are (through $refs), so
   // that the matcher can take each of its values once (Pydantic's set of an
   // Enum or a Literal); -1 for false or absent. Other items, or a tuple, are
@@ -527,8 +595,15 @@ class JsonGrammarBuilder::Compiler {
     if (props == schema.end()) {
       if (!required.empty()) fail(where + "/required", "required names properties the schema does not list");
       if (max_properties >= 0 && max_properties < min_properties) fail(where, "maxProperties is below minProperties");
+      int32_t keys = property_names(schema, where);
+      if (schema.contains("patternProperties")) {
+        // The pattern's keys only, with its values: what other keys
+        // additionalProperties would take need never be written.
+        if (keys >= 0) fail(where, "patternProperties beside propertyNames is not supported: give one");
+        std::tie(keys, additional_node) = pattern_properties(*schema.find("patternProperties"), where);
+        additional = true;
+      }
       if (!additional && min_properties > 0) fail(where, "minProperties beside additionalProperties false admits nothing");
-      const int32_t keys = property_names(schema, where);
       GrammarNode& n = grammar_.nodes[node];
       n.free_keys = additional;
       n.additional = additional_node;
@@ -537,8 +612,11 @@ class JsonGrammarBuilder::Compiler {
       n.keys = keys;
       return node;
     }
-    if (schema.contains("minProperties") || schema.contains("maxProperties") || schema.contains("propertyNames")) {
-      fail(where, "minProperties, maxProperties and propertyNames are supported on objects without properties (maps)");
+    for (const char* key : {"minProperties", "maxProperties", "propertyNames", "patternProperties"}) {
+      if (schema.contains(key)) {
+        fail(where, "minProperties, maxProperties, propertyNames and patternProperties are supported on objects "
+                    "without properties (maps)");
+      }
     }
     if (!props->is_object()) fail(where + "/properties", "properties must be an object");
     if (props->size() > JsonGrammar::kMaxAlternatives) {

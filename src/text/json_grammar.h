@@ -15,7 +15,8 @@
 //   their values any value or additionalProperties' schema (a map), as many
 //   as minProperties and maxProperties allow, none with additionalProperties
 //   false, the keys held to propertyNames (a string's schema or an enum of
-//   strings);
+//   strings) or to patternProperties of one pattern (only keys matching it
+//   are written, with its values: a dict of a constr(pattern=...));
 //   arrays: items, prefixItems (a tuple: each of the first items its own
 //   schema, then items' or none with items false; draft 7's items as a
 //   list and additionalItems too), minItems, maxItems, uniqueItems over
@@ -26,15 +27,19 @@
 //   duration, uuid, ipv4, ipv6, email, hostname, uri; one of pattern and
 //   format; a maxLength beside one that the automaton cannot be multiplied
 //   by is counted, as GrammarNode::counted_max_length says); integers: minimum,
-//   maximum, exclusiveMinimum, exclusiveMaximum (within ±9e15); numbers:
-//   the same bounds (json_number_bounds.h: such a number is written without
-//   an exponent, in at most 15 digits). A schema without type takes it from
+//   maximum, exclusiveMinimum, exclusiveMaximum (within ±9e15), multipleOf
+//   (a whole number up to 9e15; the integer is then written in at most 15
+//   digits); numbers: the same bounds (json_number_bounds.h: such a number is
+//   written without an exponent, in at most 15 digits), and a whole
+//   multipleOf, with which the number is written as an integer (a fractional
+//   multipleOf is refused: the reference divides in binary floating point,
+//   so that 0.07 is no multiple of 0.01). A schema without type takes it from
 //   these keywords (an object's, an array's or a string's), else any value.
 //   Annotations (title, description, default, examples, $schema, $id,
 //   $comment, deprecated, readOnly, writeOnly, strict) are ignored.
-// Anything else (multipleOf, uniqueItems over other items, ...) is refused with
-// Error(kInvalidArgument) naming the keyword and where it is, rather than
-// quietly not enforced.
+// Anything else (uniqueItems over other items, several patternProperties,
+// ...) is refused with Error(kInvalidArgument) naming the keyword and where it
+// is, rather than quietly not enforced.
 #pragma once
 
 #include <cstdint>
@@ -93,6 +98,10 @@ struct GrammarNode {
   int64_t counted_max_length = -1;
   bool has_minimum = false, has_maximum = false;  // kInteger: inclusive bounds
   int64_t minimum = 0, maximum = 0;
+  // kInteger: the value must be a multiple of it (multipleOf, at least 2), and
+  // is then written in at most kMultipleMaxDigits digits; 0 otherwise.
+  int64_t multiple_of = 0;
+  static constexpr int kMultipleMaxDigits = 15;
   JsonNumberBounds number_bounds;                 // kNumber
   std::vector<std::string> literals;        // kLiterals, at most kMaxAlternatives
   bool raw = false;                         // kLiterals: text with no whitespace before it

@@ -96,23 +96,41 @@ MagnitudeRange magnitude_range(const GrammarNode& n, bool negative) {
     if (n.has_maximum) r.low = std::max<__int128>(0, -static_cast<__int128>(n.maximum));
     if (n.has_minimum) r.high = -static_cast<__int128>(n.minimum), r.capped = true;
   }
+  if (n.multiple_of > 0) {  // at most kMultipleMaxDigits digits
+    __int128 largest = 1;
+    for (int i = 0; i < GrammarNode::kMultipleMaxDigits; ++i) largest *= 10;
+    r.high = r.capped ? std::min(r.high, largest - 1) : largest - 1;
+    r.capped = true;
+  }
   return r;
 }
 
-bool in_range(const MagnitudeRange& r, __int128 x) { return x >= r.low && (!r.capped || x <= r.high); }
+// Whether the magnitude x is one the node takes: within its range and,
+// under multipleOf, a multiple (of a magnitude, as of the value).
+bool magnitude_taken(const GrammarNode& n, const MagnitudeRange& r, __int128 x) {
+  return x >= r.low && (!r.capped || x <= r.high) && (n.multiple_of == 0 || x % n.multiple_of == 0);
+}
 
-// Whether an integer can still end within its bounds: no digit yet
-// (`digits` 0), a leading zero (only 0 itself), or the magnitude `x` so far
-// followed by j more digits, x * 10^j .. (x + 1) * 10^j - 1 for some j.
+// Whether some magnitude in [from, to] is taken (`to` within the range's cap).
+bool taken_between(const GrammarNode& n, const MagnitudeRange& r, __int128 from, __int128 to) {
+  from = std::max(from, r.low);
+  if (n.multiple_of > 0) from = (from + n.multiple_of - 1) / n.multiple_of * n.multiple_of;
+  return from <= to;
+}
+
+// Whether an integer can still end as one the node takes: no digit yet
+// (`digits` 0: any magnitude), a leading zero (only 0 itself), or the
+// magnitude `x` so far followed by j more digits, x * 10^j .. (x + 1) * 10^j
+// - 1 for some j.
 bool integer_may_end_in_range(const GrammarNode& n, bool negative, int digits, bool zero, uint64_t x) {
   const MagnitudeRange r = magnitude_range(n, negative);
   if (r.capped && r.high < r.low) return false;
-  if (digits == 0) return true;
-  if (zero) return in_range(r, 0);
-  if (!r.capped) return true;
+  if (zero) return magnitude_taken(n, r, 0);
+  if (!r.capped) return true;  // and so no multipleOf either
+  if (digits == 0) return taken_between(n, r, 0, r.high);
   __int128 from = x, to = x;
   for (int j = digits; j <= JsonMatcher::kMaxDigits && from <= r.high; ++j) {
-    if (to >= r.low) return true;
+    if (taken_between(n, r, from, std::min(to, r.high))) return true;
     from *= 10;
     to = to * 10 + 9;
   }
@@ -620,7 +638,7 @@ bool JsonMatcher::feed_pattern_string(Stack& s, uint8_t c) const {
 
 bool JsonMatcher::bounded(const Frame& f) const {
   const GrammarNode& n = grammar_->nodes[f.node];
-  return n.kind == Kind::kInteger && (n.has_minimum || n.has_maximum);
+  return n.kind == Kind::kInteger && (n.has_minimum || n.has_maximum || n.multiple_of > 0);
 }
 
 bool JsonMatcher::number_whole(const Frame& f) const {
@@ -628,7 +646,8 @@ bool JsonMatcher::number_whole(const Frame& f) const {
   const GrammarNode& n = grammar_->nodes[f.node];
   if (n.kind == Kind::kNumber && n.number_bounds.any()) return n.number_bounds.contains(f.pending != 0, f.alive, f.low);
   if (!bounded(f)) return true;
-  return in_range(magnitude_range(grammar_->nodes[f.node], f.pending != 0), f.alive);
+  const GrammarNode& node = grammar_->nodes[f.node];
+  return magnitude_taken(node, magnitude_range(node, f.pending != 0), f.alive);
 }
 
 bool JsonMatcher::ends_complete(std::vector<Frame>::const_iterator begin,

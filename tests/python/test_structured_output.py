@@ -207,16 +207,18 @@ SCORES = {
     "properties": {
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
         "delta": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 2.5},
+        "step": {"type": "integer", "multipleOf": 5, "minimum": -100, "maximum": 100},
         "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "maxProperties": 2},
         "pair": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 4}, {"type": "boolean"}],
                  "items": False, "minItems": 2},
     },
-    "required": ["confidence", "delta", "counts", "pair"],
+    "required": ["confidence", "delta", "step", "counts", "pair"],
 }
 
 
 def test_bounded_numbers_maps_and_tuples_end_to_end(demo_server):
-    # Pydantic's confloat(ge=0, le=1), dict[str, NonNegativeInt] and tuple[str, bool].
+    # Pydantic's confloat(ge=0, le=1), conint(multiple_of=5, ge=-100, le=100), dict[str, NonNegativeInt]
+    # and tuple[str, bool].
     vocab = demo_vocab(demo_server)
     bias = {str(vocab['"']): 6, str(vocab["}"]): 6}  # so that the map's free keys mostly end within max_tokens
     values = finished_values(demo_server, SCORES, bias)
@@ -277,6 +279,31 @@ def test_a_maps_keys_hold_to_property_names(demo_server):
             else:
                 stray += not set(value) <= {"red", "green", "blue"}
     assert stray >= 2, "the same requests without propertyNames write other keys"
+
+
+def test_a_maps_pattern_properties_hold_its_keys(demo_server):
+    # Pydantic's dict[constr(pattern=r"^[a-z]{1,3}$"), int]. Other keys would be valid too (there is no
+    # additionalProperties false), so the check that only matching keys are written is the test's own.
+    vocab = demo_vocab(demo_server)
+    bias = {str(vocab['"']): 6}  # so that the free keys of the plain map end soon
+    stray = 0
+    for seed in range(4):
+        for patterned in (False, True):
+            values = {"patternProperties": {"^[a-z]{1,3}$": {"type": "integer"}}} if patterned else {
+                "additionalProperties": {"type": "integer"}}
+            schema = {"type": "object", **values, "minProperties": 1, "maxProperties": 2}
+            body = complete(demo_server, max_tokens=300, temperature=1.0, seed=seed, logit_bias=bias,
+                            response_format=json_schema_format(schema))
+            choice = body["choices"][0]
+            assert choice["finish_reason"] == "stop", choice
+            value = json.loads(choice["text"])
+            jsonschema.validate(value, schema)
+            keys_match = bool(value) and all(re.fullmatch("[a-z]{1,3}", key) for key in value)
+            if patterned:
+                assert keys_match, value
+            else:
+                stray += not keys_match
+    assert stray >= 2, "the same requests without patternProperties write other keys"
 
 
 def test_vllms_guided_regex_is_matched_whole(demo_server):

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -190,6 +191,71 @@ TEST(JsonMatcher, IntegerBoundsNearZeroHoldForEveryValue) {
   }
 }
 
+// multipleOf with every pair of bounds near zero: each value from -150 to
+// 150 against integer arithmetic, and each prefix of up to three bytes taken
+// exactly when some value that is taken starts with it (so the output is
+// never stranded). Every such prefix extends by one or two digits to a
+// multiple of m <= 10, so values within ±99,999 are enough to look at.
+TEST(JsonMatcher, MultiplesWithBoundsNearZeroHoldForEveryValueAndPrefix) {
+  const std::optional<int> edges[] = {std::nullopt, -20, -1, 0, 1, 13};
+  std::vector<std::string> prefixes = {""};
+  for (size_t begin = 0, length = 0; length < 3; ++length) {
+    const size_t end = prefixes.size();
+    for (size_t i = begin; i < end; ++i) {
+      for (char c : std::string("-0123456789")) prefixes.push_back(prefixes[i] + c);
+    }
+    begin = end;
+  }
+  for (int m : {2, 3, 7, 10}) {
+    for (const std::optional<int>& low : edges) {
+      for (const std::optional<int>& high : edges) {
+        if (low && high && *high < *low) continue;
+        Json schema = {{"type", "integer"}, {"multipleOf", m}};
+        if (low) schema["minimum"] = *low;
+        if (high) schema["maximum"] = *high;
+        const auto taken = [&](int v) { return (!low || v >= *low) && (!high || v <= *high) && v % m == 0; };
+        bool any = false;
+        for (int v = -99'999; v <= 99'999 && !any; ++v) any = taken(v);
+        if (!any) continue;  // refused, as RefusesWhatItCannotEnforceNamingWhere shows
+        const JsonGrammar grammar = compile_json_schema(schema);
+        for (int v = -150; v <= 150; ++v) {
+          EXPECT_EQ(takes(grammar, std::to_string(v)), taken(v)) << schema.dump() << " " << v;
+        }
+        std::set<std::string> open;  // every prefix of a value taken
+        for (int v = -99'999; v <= 99'999; ++v) {
+          if (!taken(v)) continue;
+          const std::string text = std::to_string(v);
+          for (size_t k = 0; k <= std::min<size_t>(3, text.size()); ++k) open.insert(text.substr(0, k));
+          if (v == 0) open.insert("-"), open.insert("-0");  // JSON's -0 is 0
+        }
+        for (const std::string& prefix : prefixes) {
+          JsonMatcher matcher(grammar);
+          bool follows = true;
+          for (char c : prefix) follows = follows && matcher.advance(static_cast<uint8_t>(c));
+          EXPECT_EQ(follows, open.contains(prefix)) << schema.dump() << " '" << prefix << "'";
+        }
+      }
+    }
+  }
+}
+
+// A number under a whole multipleOf is written as an integer; the bounds
+// round inward.
+TEST(JsonMatcher, ANumbersWholeMultipleIsWrittenAsAnInteger) {
+  const JsonGrammar fives =
+      compile_json_schema(Json::parse(R"({"type": "number", "multipleOf": 5, "minimum": 0.5, "maximum": 20.5})"));
+  for (const char* in : {"5", "10", "20"}) EXPECT_TRUE(takes(fives, in)) << in;
+  for (const char* out : {"0", "25", "12", "10.0", "1e1", "-5"}) EXPECT_FALSE(takes(fives, out)) << out;
+  // Without bounds, at most 15 digits: a reader dividing in doubles is exact below 2^53.
+  const JsonGrammar pairs = compile_json_schema(Json::parse(R"({"type": "integer", "multipleOf": 2.0})"));
+  EXPECT_TRUE(takes(pairs, "999999999999998"));
+  EXPECT_FALSE(takes(pairs, "1000000000000000"));
+  EXPECT_FALSE(takes(pairs, "999999999999999"));
+  // multipleOf 1 asks no more than an integer: its 24 digits.
+  EXPECT_TRUE(takes(compile_json_schema(Json::parse(R"({"type": "number", "multipleOf": 1})")),
+                    "123456789012345678901234"));
+}
+
 // Pydantic's set[Color]: uniqueItems over the items of an enum, through a $ref.
 TEST(JsonMatcher, DistinctItemsTakeEachValueOnce) {
   const JsonGrammar colors = compile_json_schema(Json::parse(R"({
@@ -235,6 +301,36 @@ TEST(JsonMatcher, AMapsKeysHoldToPropertyNames) {
   EXPECT_FALSE(JsonMatcher(by_code).advance(std::string_view(R"({"F")")));  // refused at the quote
 }
 
+// Pydantic's dict[constr(pattern=...), int]: patternProperties of one pattern
+// writes only keys that match it, each with the pattern's values, whatever
+// additionalProperties says of other keys.
+TEST(JsonMatcher, AMapsPatternPropertiesHoldItsKeysAndValues) {
+  for (const char* extra : {"", R"(, "additionalProperties": false)", R"(, "additionalProperties": {"type": "null"})"}) {
+    const JsonGrammar codes = compile_json_schema(Json::parse(
+        std::string(R"({"type": "object", "patternProperties": {"^[a-z]{2}_\\d$": {"type": "integer"}}, )"
+                    R"("minProperties": 1)") + extra + "}"));
+    for (const char* in : {R"({"ab_1": 1})", R"({"zz_9": -3, "ab_0": 0})"}) EXPECT_TRUE(takes(codes, in)) << extra << in;
+    for (const char* out : {"{}", R"({"ab_1": "x"})", R"({"ab1": 1})", R"({"abc_1": 1})", R"({"x": null})"}) {
+      EXPECT_FALSE(takes(codes, out)) << extra << out;
+    }
+  }
+  // Unanchored, as JSON Schema matches patterns: any key holding a digit.
+  const JsonGrammar digits = compile_json_schema(Json::parse(R"({"patternProperties": {"[0-9]": {}}})"));
+  EXPECT_TRUE(takes(digits, R"({"a1b": [1], "9": {}})"));
+  EXPECT_FALSE(takes(digits, R"({"ab": 1})"));
+  EXPECT_FALSE(takes(digits, "[]"));  // typed as an object by its keyword
+}
+
+// Keywords of one type give an untyped schema that type, so that they are
+// kept: {"propertyNames": ...} once took any value, keys of any name too (and
+// {"uniqueItems": true} lists with repeats; RefusesWhatItCannotEnforceNamingWhere
+// shows it refused now, as it is with its type).
+TEST(JsonMatcher, AnUntypedSchemaTakesItsTypeFromItsKeywords) {
+  const JsonGrammar named = compile_json_schema(Json::parse(R"({"propertyNames": {"enum": ["a"]}})"));
+  EXPECT_TRUE(takes(named, R"({"a": 1})"));
+  EXPECT_FALSE(takes(named, R"({"b": 1})"));
+}
+
 TEST(JsonMatcher, FollowsRecursiveReferences) {
   const JsonGrammar grammar = compile_json_schema(Json::parse(R"({
     "type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["next"]})"));
@@ -272,6 +368,7 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
   expect_refused(R"({"type": "string", "pattern": "^ab$", "minLength": 3})", "no string of at least 3");
   expect_refused(R"({"pattern": "a", "format": "date"})", "pattern and format together");
   expect_refused(R"({"type": "array", "uniqueItems": true})", "'#/uniqueItems': uniqueItems is supported for items of");
+  expect_refused(R"({"uniqueItems": true})", "'#/uniqueItems': uniqueItems is supported for items of");
   expect_refused(R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})", "an enum, const or boolean");
   expect_refused(R"({"type": "array", "items": {"enum": [1, 1.0, 2]}, "uniqueItems": true})",
                  "the items' values 1 and 1.0 are equal");
@@ -281,7 +378,17 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
   expect_refused(R"({"type": "object", "propertyNames": {"enum": ["a", 1]}})",
                  "'#/propertyNames': propertyNames must be a string's schema or an enum of strings");
   expect_refused(R"({"type": "object", "properties": {"a": {}}, "propertyNames": {"maxLength": 3}})",
-                 "propertyNames are supported on objects without properties");
+                 "propertyNames and patternProperties are supported on objects without properties");
+  expect_refused(R"({"type": "object", "properties": {"a": {}}, "patternProperties": {"^b": {}}})",
+                 "propertyNames and patternProperties are supported on objects without properties");
+  expect_refused(R"({"type": "object", "patternProperties": {"^a": {}, "^b": {}}})",
+                 "'#/patternProperties': patternProperties is supported with one pattern");
+  expect_refused(R"({"type": "object", "patternProperties": {"^a": {}}, "propertyNames": {"maxLength": 3}})",
+                 "patternProperties beside propertyNames is not supported");
+  expect_refused(R"({"type": "object", "patternProperties": {"(a)\\1/x": {}}})",
+                 "'#/patternProperties/(a)\\1~1x': backreferences are not supported");
+  expect_refused(R"({"type": "object", "patternProperties": {"^a": {"type": "integer", "multipleOf": 0.5}}})",
+                 "'#/patternProperties/^a/multipleOf'");
   // 9,001 automaton states a pattern: the third passes the grammar's budget for all of them.
   expect_refused(R"({"properties": {"a": {"pattern": "^(?:[a-z]{1000}){9}$"}, "b": {"pattern": "^(?:[a-z]{1000}){9}$"},
                      "c": {"pattern": "^(?:[a-z]{1000}){9}$"}}})",
@@ -290,8 +397,14 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingWhere) {
   expect_refused(R"({"type": "number", "minimum": 1e20})", "no number of at most 15 digits");
   expect_refused(R"({"type": "number", "minimum": 0.5, "exclusiveMaximum": 0.5})", "no number of at most 15 digits");
   expect_refused(R"({"type": "number", "maximum": "1"})", "maximum must be a number");
-  expect_refused(R"({"minimum": 0})", "bounds need a type");
-  expect_refused(R"({"type": "integer", "multipleOf": 2})", "'multipleOf'");
+  expect_refused(R"({"minimum": 0})", "bounds and multipleOf need a type");
+  expect_refused(R"({"multipleOf": 3})", "bounds and multipleOf need a type");
+  expect_refused(R"({"type": "number", "multipleOf": 0.01})", "'#/multipleOf': multipleOf 0.01 is not supported");
+  expect_refused(R"({"type": "integer", "multipleOf": 0})", "multipleOf must be a number above 0");
+  expect_refused(R"({"type": "integer", "multipleOf": "2"})", "multipleOf must be a number above 0");
+  expect_refused(R"({"type": "integer", "multipleOf": 1e16})", "only a whole number up to 9e15");
+  expect_refused(R"({"type": "integer", "minimum": 1, "maximum": 2, "multipleOf": 3})",
+                 "no multiple of 3 of at most 15 digits lies between");
   expect_refused(R"({"type": "integer", "minimum": 3.5, "maximum": 3.9})", "no integer lies between");
   expect_refused(R"({"type": "integer", "maximum": 1e20})", "within");
   expect_refused(R"({"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "integer"}})",
