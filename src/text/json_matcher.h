@@ -111,8 +111,8 @@ class JsonMatcher {
   const RegexAutomaton& pattern_of(const Frame& f) const {
     return *grammar_->patterns[static_cast<size_t>(grammar_->nodes[f.node].pattern)];
   }
-  // An integer frame with bounds; a number frame that may end here (for a
-  // bounded integer: its value within the bounds).
+  // An integer frame with bounds or a multipleOf; a number frame that may end
+  // here (for such an integer: its value within the bounds, a multiple).
   bool bounded(const Frame& f) const;
   bool number_whole(const Frame& f) const;
   // Pops frames that a value can end in without another byte (a number, a
