@@ -13,7 +13,8 @@ tessera's JsonMatcher takes every canonical document and no invalid one.
 
     python3 tools/make_json_grammar_cases.py [OUT]
 
-Needs jsonschema, rfc3339-validator, rfc3986-validator, isoduration and fqdn
+Needs jsonschema, rfc3339-validator, rfc3986-validator, isoduration, fqdn and
+pydantic, whose own check is the reference for its formats (uuid4, ...)
 (requirements-test.txt).
 Deterministic: the same file on every run.
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 from email.headerregistry import Address
 
 import jsonschema
+import pydantic
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "json_grammar_cases.json"
 MAX_WHITESPACE = 20
@@ -206,6 +208,21 @@ SCHEMAS = {
         },
         "required": ["codes", "tagged"],
     },
+    # Pydantic's own formats: UUID4, UUID7, IPvAnyAddress, SecretStr, conbytes(max_length=4).
+    "pydantic_formats": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "format": "uuid4",
+                   "examples": ["12345678-9abc-4def-8123-456789abcdef", "00000000-0000-4000-B000-00000000000A"]},
+            "v7": {"type": "string", "format": "uuid7", "examples": ["01890a5d-ac96-774b-bcce-b302099a8057"]},
+            "host": {"type": "string", "format": "ipvanyaddress",
+                     "examples": ["10.0.0.1", "::1", "2001:db8::8a2e:370:7334", "::ffff:192.0.2.128"]},
+            "secret": {"type": "string", "format": "password", "writeOnly": True,
+                       "examples": ["", "hunter2", "d\u00e9j\u00e0 vu\n", "\" quoted \\"]},
+            "blob": {"type": "string", "format": "binary", "maxLength": 4, "examples": ["", "abcd", "a\"\\", "\n\t"]},
+        },
+        "required": ["id", "v7", "host", "secret", "blob"],
+    },
 }
 
 # Keys that match each patternProperties pattern above, for the writer.
@@ -226,6 +243,24 @@ def is_email(instance):
 # Draft 2020-12's format checks (time and date-time through rfc3339-validator), email's made strict.
 FORMAT_CHECKER = copy.deepcopy(jsonschema.Draft202012Validator.FORMAT_CHECKER)
 FORMAT_CHECKER.checkers["email"] = (is_email, ())
+
+
+def pydantic_checker(kind):
+    """Pydantic's own check of one of its formats: whether it reads the string as `kind`."""
+    adapter = pydantic.TypeAdapter(kind)
+
+    def check(instance):
+        try:
+            adapter.validate_python(instance)
+            return True
+        except pydantic.ValidationError:
+            return False
+    return check, ()
+
+
+for _version in (1, 3, 4, 5, 6, 7, 8):
+    FORMAT_CHECKER.checkers[f"uuid{_version}"] = pydantic_checker(getattr(pydantic, f"UUID{_version}"))
+FORMAT_CHECKER.checkers["ipvanyaddress"] = pydantic_checker(pydantic.IPvAnyAddress)
 # jsonschema leaves a format unchecked when its checker's package is missing.
 for _format in ("date-time", "time", "uri", "ipv6", "duration", "hostname"):
     assert _format in FORMAT_CHECKER.checkers, \

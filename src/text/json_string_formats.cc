@@ -94,7 +94,15 @@ std::string email() {
   return atom + R"((?:\.)" + atom + ")*@(?:" + label + R"(\.)+[A-Za-z]{2,63})";
 }
 
-const std::array<std::pair<std::string_view, std::string (*)()>, 10> kFormats = {{
+// Pydantic's UUID1 ... UUID8: RFC 4122's variant (the 17th digit 8, 9, a
+// or b; Python's UUID.version is None for any other) and the version digit.
+template <char kVersion>
+std::string uuid_version() {
+  return std::string(R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-)") + kVersion +
+         R"([0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12})";
+}
+
+const std::array<std::pair<std::string_view, std::string (*)()>, 20> kFormats = {{
     {"date", date},
     {"time", time},
     {"date-time", [] { return date() + "T" + time(); }},
@@ -105,6 +113,20 @@ const std::array<std::pair<std::string_view, std::string (*)()>, 10> kFormats = 
     {"email", email},
     {"hostname", hostname},
     {"uri", uri},
+    // Pydantic's own formats.
+    {"uuid1", uuid_version<'1'>},
+    {"uuid3", uuid_version<'3'>},
+    {"uuid4", uuid_version<'4'>},
+    {"uuid5", uuid_version<'5'>},
+    {"uuid6", uuid_version<'6'>},
+    {"uuid7", uuid_version<'7'>},
+    {"uuid8", uuid_version<'8'>},
+    {"ipvanyaddress", [] { return "(?:" + ipv4() + "|" + ipv6() + ")"; }},
+    // SecretStr: any string.
+    {"password", [] { return std::string(R"([\s\S]*)"); }},
+    // bytes, which Pydantic reads from a JSON string as its UTF-8 encoding
+    // and whose maxLength it counts in bytes: ASCII, one byte a character.
+    {"binary", [] { return std::string(R"([\x00-\x7F]*)"); }},
 }};
 
 }  // namespace

@@ -19,6 +19,12 @@
 //              inner hyphens, no trailing dot, at most 253 characters;
 //   uri        RFC 3986's URI, all of it (a scheme, ":", an authority or a
 //              path, a query, a fragment; percent-encodings).
+// And Pydantic's formats:
+//   uuid1, uuid3 ... uuid8  a uuid of that version and RFC 4122's variant;
+//   ipvanyaddress           ipv4 or ipv6;
+//   password (SecretStr)    any string;
+//   binary (bytes)          ASCII only, so that a maxLength, which Pydantic
+//                           counts in bytes, holds.
 #pragma once
 
 #include <cstdint>

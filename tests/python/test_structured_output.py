@@ -14,6 +14,7 @@ from email.headerregistry import Address
 
 import jsonschema
 import openai
+import pydantic
 import pytest
 import requests
 
@@ -302,6 +303,27 @@ def test_a_maps_pattern_properties_hold_its_keys(demo_server):
     # matching keys are written is the test's own.
     stray = stray_keys(demo_server, counts_by_code, lambda key: re.fullmatch("[a-z]{1,3}", key) is not None)
     assert stray >= 2, "the same requests without patternProperties write other keys"
+
+
+class Record(pydantic.BaseModel):
+    """Pydantic's own formats and constraints, as a user of the openai client declares a response."""
+    id: pydantic.UUID4
+    host: pydantic.IPvAnyAddress
+    token: pydantic.SecretStr
+    blob: pydantic.conbytes(max_length=4)
+    step: pydantic.conint(multiple_of=5, ge=-100, le=100)
+    codes: dict[pydantic.constr(pattern=r"^[a-z]{2}$"), int] = pydantic.Field(max_length=2)
+
+
+def test_answers_validate_as_the_pydantic_model_of_their_schema(demo_server):
+    # The model's checks are stricter than its schema's: UUID4's version digit, bytes' length in bytes.
+    schema = Record.model_json_schema()
+    vocab = demo_vocab(demo_server)
+    values = finished_values(demo_server, schema, {str(vocab['"']): 6, str(vocab["}"]): 6})
+    for value in values:
+        jsonschema.validate(value, schema)
+        Record.model_validate_json(json.dumps(value))
+    assert len(values) >= 5
 
 
 def test_vllms_guided_regex_is_matched_whole(demo_server):

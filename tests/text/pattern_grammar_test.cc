@@ -81,6 +81,29 @@ TEST(PatternGrammar, FormatsRefuseImpossibleValuesAtTheirFirstWrongCharacter) {
   }
 }
 
+// Pydantic's own formats: its UUID4's version and variant digits, an address
+// of either family, SecretStr's any string, bytes' ASCII (Pydantic counts
+// their maxLength in bytes: "ééé" would be 6).
+TEST(PatternGrammar, PydanticsFormats) {
+  const JsonGrammar v4 = schema(R"({"type": "string", "format": "uuid4"})");
+  EXPECT_TRUE(JsonMatcher(v4).advance(std::string_view("\"12345678-9abc-4def-8123-456789ABCDEF\"")));
+  EXPECT_FALSE(JsonMatcher(v4).advance(std::string_view("\"12345678-9abc-1")));  // version 1
+  EXPECT_FALSE(JsonMatcher(v4).advance(std::string_view("\"12345678-9abc-4def-c")));  // not RFC 4122's variant
+  const JsonGrammar v7 = schema(R"({"type": "string", "format": "uuid7"})");
+  EXPECT_TRUE(JsonMatcher(v7).advance(std::string_view("\"01890a5d-ac96-774b-bcce-b302099a8057\"")));
+  const JsonGrammar any_ip = schema(R"({"type": "string", "format": "ipvanyaddress"})");
+  for (const char* in : {"\"10.0.0.1\"", "\"::1\"", "\"::ffff:192.0.2.128\""}) {
+    EXPECT_TRUE(JsonMatcher(any_ip).advance(std::string_view(in))) << in;
+  }
+  EXPECT_FALSE(JsonMatcher(any_ip).advance(std::string_view("\"10.0.0.256")));
+  const JsonGrammar secret = schema(R"({"type": "string", "format": "password"})");
+  EXPECT_TRUE(JsonMatcher(secret).advance(std::string_view("\"d\u00e9j\u00e0 vu\\n \\\" \"")));
+  const JsonGrammar blob = schema(R"({"type": "string", "format": "binary", "maxLength": 4})");
+  EXPECT_TRUE(JsonMatcher(blob).advance(std::string_view("\"ab\\n\\\"\"")));
+  EXPECT_FALSE(JsonMatcher(blob).advance(std::string_view("\"\u00e9")));
+  EXPECT_FALSE(JsonMatcher(blob).advance(std::string_view("\"abcde")));
+}
+
 // Pydantic's HttpUrl: a URI of 1 to 2,083 characters. Its automaton times
 // every length would pass the budget, so the matcher counts characters and
 // takes a byte only where a match can still end within the maximum.
