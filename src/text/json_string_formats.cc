@@ -71,13 +71,17 @@ std::string uri() {
 // weeks alone, and a "T" part of hours, minutes, seconds the same way; the
 // seconds may have a fraction (Pydantic writes PT0.5S). No negative or
 // fractional larger units: what every ISO 8601 reader takes
-// (jsonschema's check, isoduration, takes more).
+// (jsonschema's check, isoduration, takes more). Each number has at most
+// as many digits as keep the whole within what Pydantic reads as a
+// timedelta (999,999,999 days; the time part's seconds a 32-bit count):
+// years, months 6, days, weeks 8, hours 5, minutes 6, seconds 8 and 9
+// fraction digits.
 std::string duration() {
-  const std::string second = R"(\d+(?:\.\d+)?S)", minute = R"(\d+M(?:)" + second + ")?";
-  const std::string hour = R"(\d+H(?:)" + minute + ")?";
+  const std::string second = R"(\d{1,8}(?:\.\d{1,9})?S)", minute = R"(\d{1,6}M(?:)" + second + ")?";
+  const std::string hour = R"(\d{1,5}H(?:)" + minute + ")?";
   const std::string clock = "T(?:" + hour + "|" + minute + "|" + second + ")";
-  const std::string day = R"(\d+D)", month = R"(\d+M(?:)" + day + ")?", year = R"(\d+Y(?:)" + month + ")?";
-  return "P(?:(?:" + day + "|" + month + "|" + year + ")(?:" + clock + ")?|" + clock + R"(|\d+W))";
+  const std::string day = R"(\d{1,8}D)", month = R"(\d{1,6}M(?:)" + day + ")?", year = R"(\d{1,6}Y(?:)" + month + ")?";
+  return "P(?:(?:" + day + "|" + month + "|" + year + ")(?:" + clock + ")?|" + clock + R"(|\d{1,8}W))";
 }
 
 // RFC 1123's host name: dot-separated labels of 1-63 letters, digits and

@@ -7,7 +7,8 @@
 //              Z or ±HH:MM (no leap second);
 //   date-time  date, "T", time;
 //   duration   RFC 3339's duration, P1Y2M3DT4H5M6.5S or P3W (a fraction
-//              only on seconds, no sign);
+//              only on seconds, no sign; numbers short enough for a
+//              Pydantic timedelta);
 //   uuid       RFC 4122's 8-4-4-4-12 hex digits;
 //   ipv4       four decimal bytes without leading zeros;
 //   ipv6       RFC 4291's text forms (one "::", a trailing IPv4 address

@@ -8,6 +8,7 @@ conforming answer passing through unchanged and a non-conforming one made to
 conform.
 """
 
+import datetime
 import json
 import re
 from email.headerregistry import Address
@@ -313,10 +314,15 @@ class Record(pydantic.BaseModel):
     blob: pydantic.conbytes(max_length=4)
     step: pydantic.conint(multiple_of=5, ge=-100, le=100)
     codes: dict[pydantic.constr(pattern=r"^[a-z]{2}$"), int] = pydantic.Field(max_length=2)
+    span: datetime.timedelta
+    when: datetime.datetime
+    day: datetime.date
+    at: datetime.time
 
 
 def test_answers_validate_as_the_pydantic_model_of_their_schema(demo_server):
-    # The model's checks are stricter than its schema's: UUID4's version digit, bytes' length in bytes.
+    # The model's checks are stricter than its schema's: UUID4's version digit, bytes' length in bytes,
+    # a timedelta's range.
     schema = Record.model_json_schema()
     vocab = demo_vocab(demo_server)
     values = finished_values(demo_server, schema, {str(vocab['"']): 6, str(vocab["}"]): 6})

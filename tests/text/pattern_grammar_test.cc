@@ -79,6 +79,13 @@ TEST(PatternGrammar, FormatsRefuseImpossibleValuesAtTheirFirstWrongCharacter) {
   for (const char* out : {"\"P\"", "\"PT\"", "\"P1H", "\"P1.5D", "\"P1W2", "\"P1D1", "\"-P"}) {
     EXPECT_FALSE(JsonMatcher(span).advance(std::string_view(out))) << out;
   }
+  // Numbers a Pydantic timedelta holds: the largest of each, and one digit more.
+  EXPECT_TRUE(JsonMatcher(span).advance(std::string_view("\"P999999Y999999M99999999DT99999H999999M99999999.999999999S\"")));
+  EXPECT_TRUE(JsonMatcher(span).advance(std::string_view("\"P99999999W\"")));
+  for (const char* out : {"\"P1234567Y", "\"P1Y1234567M", "\"P123456789", "\"PT123456H", "\"PT1H1234567",
+                          "\"PT123456789", "\"PT1.1234567890"}) {
+    EXPECT_FALSE(JsonMatcher(span).advance(std::string_view(out))) << out;
+  }
 }
 
 // Pydantic's own formats: its UUID4's version and variant digits, an address
