@@ -155,8 +155,8 @@ SCHEMAS = {
         "properties": {
             "v6": {"type": "string", "format": "ipv6",
                    "examples": ["::1", "2001:db8::ff00:42:8329", "::ffff:192.0.2.128", "1:2:3:4:5:6:7:8"]},
-            "site": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083,
-                     "examples": ["https://example.com/a?b=c#d", "mailto:ada@example.org", "http://[::1]:8080/x"]},
+            "site": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083,  # HttpUrl: http(s) only
+                     "examples": ["https://example.com/a?b=c#d", "HTTP://ada@10.0.0.1:65535", "http://[::1]:8080/x"]},
             "short": {"type": "string", "format": "uri", "maxLength": 40,
                       "examples": ["https://example.com/some/longer/path1234", "ftp://a.b/c%20d", "x:y"]},
             "span": {"type": "string", "format": "duration", "examples": ["P1DT2H", "PT0.5S", "P3W", "P1Y2M3DT4H5M6S"]},

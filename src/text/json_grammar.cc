@@ -290,7 +290,7 @@ class JsonGrammarBuilder::Compiler {
     if (!value.is_string()) fail(where + "/" + key, key + " must be a string");
     std::string text = value.get<std::string>();
     if (is_format) {
-      std::optional<std::string> format_pattern = json_string_format_pattern(text);
+      std::optional<std::string> format_pattern = json_string_format_pattern(text, max_length);
       if (!format_pattern) {
         fail(where + "/format",
              fmt::format("format '{}' is not supported (supported: {})", text, json_string_format_names()));

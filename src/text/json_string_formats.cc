@@ -47,23 +47,58 @@ std::string ipv6() {
 }
 
 // RFC 3986's URI: scheme ":" hier-part ["?" query] ["#" fragment], every
-// character class as the RFC's grammar has it (an authority's userinfo,
-// host (IP literal, IPv4 or registered name) and port; the four forms of a
-// path; percent-encodings). rfc3986-validator's "URI" rule, jsonschema's
+// character class as the RFC's grammar has it (an authority's userinfo, port;
+// the four forms of a path; percent-encodings), the forms a WHATWG URL
+// parser (Pydantic's AnyUrl) takes too: a host is an IPv6 literal, an IPv4
+// address or a domain of letter-and-digit labels with inner hyphens, the last
+// one starting with a letter (one ending in a number would be read as an
+// IPv4 address; "--" could start a malformed "xn--" label); a port is at
+// most 65535; http, https, ws, wss and ftp, which that parser gives a host,
+// come with an authority. rfc3986-validator's "URI" rule, jsonschema's
 // check, takes the same strings.
-std::string uri() {
+// The parts of such a URI after its scheme and ":".
+struct UriParts {
+  std::string authority, segments, hier, query_fragment;
+};
+
+UriParts uri_parts() {
   const std::string pct = "%[0-9A-Fa-f]{2}", unreserved_sub = R"(A-Za-z0-9\-._~!$&'()*+,;=)";
   const std::string pchar = "(?:[" + unreserved_sub + ":@]|" + pct + ")";
   const std::string userinfo = "(?:[" + unreserved_sub + ":]|" + pct + ")*";
-  const std::string reg_name = "(?:[" + unreserved_sub + "]|" + pct + ")*";
-  const std::string ip_future = R"(v[0-9A-Fa-f]+\.[)" + unreserved_sub + ":]+";
-  const std::string host = R"((?:\[(?:)" + ipv6() + "|" + ip_future + R"()\]|)" + reg_name + ")";
-  const std::string authority = "(?:" + userinfo + "@)?" + host + R"((?::\d*)?)";
-  const std::string segments = "(?:/" + pchar + "*)*";
-  const std::string hier = "(?://" + authority + segments + "|/(?:" + pchar + "+" + segments + ")?|" + pchar + "+" +
-                           segments + "|)";
+  const std::string label = "[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*";
+  const std::string domain = "(?:" + label + R"(\.)*[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)";
+  const std::string host = R"((?:\[)" + ipv6() + R"(\]|)" + ipv4() + "|" + domain + ")";
+  const std::string port = R"((?:6553[0-5]|655[0-2]\d|65[0-4]\d{2}|6[0-4]\d{3}|[1-5]\d{4}|\d{1,4})?)";
+  UriParts parts;
+  parts.authority = "(?:" + userinfo + "@)?" + host + "(?::" + port + ")?";
+  parts.segments = "(?:/" + pchar + "*)*";
+  parts.hier = "(?://" + parts.authority + parts.segments + "|/(?:" + pchar + "+" + parts.segments + ")?|" + pchar +
+               "+" + parts.segments + "|)";
   const std::string tail = "(?:" + pchar + "|[/?])*";
-  return R"([A-Za-z][A-Za-z0-9+.\-]*:)" + hier + R"((?:\?)" + tail + ")?(?:#" + tail + ")?";
+  parts.query_fragment = R"((?:\?)" + tail + ")?(?:#" + tail + ")?";
+  return parts;
+}
+
+std::string uri() {
+  const UriParts parts = uri_parts();
+  // Any other scheme: a trie of what is not one of those five, in any case.
+  const std::string rest = R"([A-Za-z0-9+.\-]*)", more = R"([A-Za-z0-9+.\-]+)";
+  const std::string not_t = R"([A-SU-Za-su-z0-9+.\-])", not_p = R"([A-OQ-Za-oq-z0-9+.\-])";
+  const std::string not_s = R"([A-RT-Za-rt-z0-9+.\-])";
+  const std::string other = "(?:[A-EGI-VX-Za-egi-vx-z]" + rest +
+                            "|[Hh](?:|" + not_t + rest + "|[Tt](?:|" + not_t + rest + "|[Tt](?:|" + not_p + rest +
+                            "|[Pp](?:" + not_s + rest + "|[Ss]" + more + "))))" +
+                            "|[Ww](?:|" + not_s + rest + "|[Ss](?:" + not_s + rest + "|[Ss]" + more + "))" +
+                            "|[Ff](?:|" + not_t + rest + "|[Tt](?:|" + not_p + rest + "|[Pp]" + more + ")))";
+  const std::string special = "(?:[Hh][Tt][Tt][Pp][Ss]?|[Ww][Ss][Ss]?|[Ff][Tt][Pp])";
+  return "(?:" + special + "://" + parts.authority + parts.segments + "|" + other + ":" + parts.hier + ")" +
+         parts.query_fragment;
+}
+
+// Pydantic's HttpUrl: such a URI with the scheme http or https.
+std::string http_url() {
+  const UriParts parts = uri_parts();
+  return "[Hh][Tt][Tt][Pp][Ss]?://" + parts.authority + parts.segments + parts.query_fragment;
 }
 
 // RFC 3339's duration (its appendix A): "P", then years, months, days in
@@ -135,7 +170,10 @@ const std::array<std::pair<std::string_view, std::string (*)()>, 20> kFormats = 
 
 }  // namespace
 
-std::optional<std::string> json_string_format_pattern(std::string_view format) {
+std::optional<std::string> json_string_format_pattern(std::string_view format, int64_t max_length) {
+  // Pydantic's HttpUrl is {"format": "uri", "maxLength": 2083}, and takes
+  // http and https only: such a string is written with one of them.
+  if (format == "uri" && max_length == kHttpUrlMaxLength) return "^" + http_url() + "$";
   for (const auto& [name, pattern] : kFormats) {
     if (name == format) return "^" + pattern() + "$";
   }

@@ -18,8 +18,9 @@
 //              top label (no quoted local parts, no address literals);
 //   hostname   RFC 1123: dot-separated labels of 1-63 letters, digits and
 //              inner hyphens, no trailing dot, at most 253 characters;
-//   uri        RFC 3986's URI, all of it (a scheme, ":", an authority or a
-//              path, a query, a fragment; percent-encodings).
+//   uri        RFC 3986's URI (a scheme, ":", an authority or a path, a
+//              query, a fragment; percent-encodings) in the forms a WHATWG
+//              URL parser takes too (json_string_formats.cc says which);
 // And Pydantic's formats:
 //   uuid1, uuid3 ... uuid8  a uuid of that version and RFC 4122's variant;
 //   ipvanyaddress           ipv4 or ipv6;
@@ -35,9 +36,13 @@
 
 namespace tessera::text {
 
+// Pydantic's HttpUrl: format uri with this maxLength.
+inline constexpr int64_t kHttpUrlMaxLength = 2083;
+
 // The pattern (anchored at both ends) of `format`, or nullopt for a format
-// not listed above.
-std::optional<std::string> json_string_format_pattern(std::string_view format);
+// not listed above. A uri whose maxLength is kHttpUrlMaxLength is written
+// with the scheme http or https, which Pydantic's HttpUrl takes alone.
+std::optional<std::string> json_string_format_pattern(std::string_view format, int64_t max_length = -1);
 
 // The most characters `format` allows whatever the schema's maxLength
 // (hostname: 253), or -1 for no such bound.

@@ -12,6 +12,7 @@ import datetime
 import json
 import re
 from email.headerregistry import Address
+from typing import Annotated
 
 import jsonschema
 import openai
@@ -66,12 +67,12 @@ def complete(server, **body):
     return reply.json()
 
 
-def finished_values(server, schema, bias):
+def finished_values(server, schema, bias, max_tokens=500):
     """The parsed answers that ended with the value (finish_reason "stop") of
     two choices at each of four seeds under `schema`, sampled with `bias`."""
     values = []
     for seed in range(4):
-        body = complete(server, max_tokens=500, temperature=1.0, seed=seed, n=2, logit_bias=bias,
+        body = complete(server, max_tokens=max_tokens, temperature=1.0, seed=seed, n=2, logit_bias=bias,
                         response_format=json_schema_format(schema))
         values += [json.loads(c["text"]) for c in body["choices"] if c["finish_reason"] == "stop"]
     return values
@@ -197,7 +198,7 @@ def test_patterns_and_formats_hold_end_to_end(demo_server):
     # its scheme's colon, and random weights may otherwise ramble in it past max_tokens.
     vocab = demo_vocab(demo_server)
     bias = {str(vocab['"']): 4, str(vocab[":"]): 4}
-    values = finished_values(demo_server, PATTERNS, bias)
+    values = finished_values(demo_server, PATTERNS, bias, max_tokens=1000)
     for value in values:
         validator.validate(value)
         assert Address(addr_spec=value["mail"]).addr_spec == value["mail"]
@@ -318,14 +319,16 @@ class Record(pydantic.BaseModel):
     when: datetime.datetime
     day: datetime.date
     at: datetime.time
+    url: pydantic.HttpUrl
+    link: Annotated[pydantic.AnyUrl, pydantic.UrlConstraints(max_length=40)]
 
 
 def test_answers_validate_as_the_pydantic_model_of_their_schema(demo_server):
     # The model's checks are stricter than its schema's: UUID4's version digit, bytes' length in bytes,
-    # a timedelta's range.
+    # a timedelta's range, what a WHATWG URL parser takes, HttpUrl's schemes.
     schema = Record.model_json_schema()
     vocab = demo_vocab(demo_server)
-    values = finished_values(demo_server, schema, {str(vocab['"']): 6, str(vocab["}"]): 6})
+    values = finished_values(demo_server, schema, {str(vocab['"']): 6, str(vocab["}"]): 6}, max_tokens=1500)
     for value in values:
         jsonschema.validate(value, schema)
         Record.model_validate_json(json.dumps(value))

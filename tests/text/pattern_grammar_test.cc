@@ -111,13 +111,32 @@ TEST(PatternGrammar, PydanticsFormats) {
   EXPECT_FALSE(JsonMatcher(blob).advance(std::string_view("\"abcde")));
 }
 
+// URIs that a WHATWG URL parser (Pydantic's AnyUrl) reads as well as RFC
+// 3986: hosts it would not parse, ports past 65535 and special schemes
+// without an authority are refused at their first wrong character; a uri of
+// Pydantic's HttpUrl length is http or https.
+TEST(PatternGrammar, UrisAreOnesAWhatwgParserTakes) {
+  const JsonGrammar uri = schema(R"({"type": "string", "format": "uri"})");
+  for (const char* in : {"mailto:a@b", "urn:isbn:1", "x://a", "file:x", "HTTPS://A.example/x?y#z", "http://a:65535",
+                         "ws://[::1]/", "https://u:p@10.0.0.1/", "hTtPx:y", "httpsx:y", "ftpx:y", "wsx:y", "w:y"}) {
+    EXPECT_TRUE(JsonMatcher(uri).advance(std::string_view("\"" + std::string(in) + "\""))) << in;
+  }
+  for (const char* out : {"http:x", "https:/x", "ws:?", "http://a:65536", "http://999.1.1.1/", "http://a.0x1",
+                          "http://xn--a", "http://", "x://a@/", "http://[v1.x]", "http://a.b.", "x://a_b"}) {
+    EXPECT_FALSE(JsonMatcher(uri).advance(std::string_view("\"" + std::string(out) + "\""))) << out;
+  }
+  const JsonGrammar http = schema(R"({"type": "string", "format": "uri", "maxLength": 2083})");
+  EXPECT_TRUE(JsonMatcher(http).advance(std::string_view("\"https://a.b/c\"")));
+  for (const char* out : {"\"ftp:", "\"x:", "\"httpx"}) EXPECT_FALSE(JsonMatcher(http).advance(std::string_view(out))) << out;
+}
+
 // Pydantic's HttpUrl: a URI of 1 to 2,083 characters. Its automaton times
 // every length would pass the budget, so the matcher counts characters and
 // takes a byte only where a match can still end within the maximum.
 TEST(PatternGrammar, ALongMaximumBesideALargeAutomatonIsCounted) {
   const JsonGrammar url = schema(R"({"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083})");
   ASSERT_EQ(url.nodes[static_cast<size_t>(url.root)].counted_max_length, 2083) << "the counted path";
-  const std::string head = "\"x:" + std::string(2078, 'a');  // 2,080 characters
+  const std::string head = "\"http://h/" + std::string(2071, 'a');  // 2,080 characters
   EXPECT_TRUE(JsonMatcher(url).advance(std::string_view(head + "%20\"")));  // 2,083
   EXPECT_FALSE(JsonMatcher(url).advance(std::string_view(head + "%20a")));
   EXPECT_TRUE(JsonMatcher(url).advance(std::string_view(head + "\\/ab\"")));  // an escape is one character
