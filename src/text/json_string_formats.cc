@@ -1,7 +1,9 @@
 #include "text/json_string_formats.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
+#include <vector>
 
 namespace tessera::text {
 namespace {
@@ -127,10 +129,47 @@ std::string hostname() {
   return label + R"((?:\.)" + label + ")*";
 }
 
+// Letters, `least` to `most` of them, spelling none of `words` (lowercase,
+// each at least `least` long) in any case: a trie of the words, where each
+// node may end (unless it spells a word), go on with a letter no word has
+// there and any letters after it, or follow a word's next letter.
+std::string letters_except(const std::vector<std::string>& words, size_t least, size_t most,
+                           const std::string& prefix = "") {
+  std::string children;  // the words' next letters after `prefix`
+  for (const std::string& w : words) {
+    if (w.size() > prefix.size() && w.starts_with(prefix) && children.find(w[prefix.size()]) == std::string::npos) {
+      children += w[prefix.size()];
+    }
+  }
+  std::string others, out;
+  for (char c = 'a'; c <= 'z'; ++c) {
+    if (children.find(c) == std::string::npos) others += std::string(1, c) + static_cast<char>(c - 'a' + 'A');
+  }
+  const size_t at = prefix.size() + 1;  // letters once one more is written
+  if (prefix.size() >= least && std::find(words.begin(), words.end(), prefix) == words.end()) out += "|";
+  if (at <= most) {
+    const size_t tail_least = at >= least ? 0 : least - at;
+    out += "[" + others + "][A-Za-z]{" + std::to_string(tail_least) + "," + std::to_string(most - at) + "}";
+    for (char c : children) {
+      out += "|[" + std::string(1, c) + static_cast<char>(c - 'a' + 'A') + "]" +
+             letters_except(words, least, most, prefix + c);
+    }
+  }
+  return "(?:" + out + ")";
+}
+
+// An address Pydantic's EmailStr (email-validator) takes too: a dot-atom
+// local part of up to four atoms of 15 characters, "@", one to three labels
+// of letters and digits with up to two inner hyphens (at most 47
+// characters; no "--" that could start a malformed "xn--") and a top label
+// of 2 to 24 letters that names no special-use domain (arpa, invalid,
+// local, localhost, onion, test): 232 characters at most, of the 254 an
+// address may have.
 std::string email() {
-  const std::string atom = R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)";
-  const std::string label = R"([A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)";
-  return atom + R"((?:\.)" + atom + ")*@(?:" + label + R"(\.)+[A-Za-z]{2,63})";
+  const std::string atom = R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,15})";
+  const std::string label = "[A-Za-z0-9]{1,15}(?:-[A-Za-z0-9]{1,15}){0,2}";
+  const std::string top = letters_except({"arpa", "invalid", "local", "localhost", "onion", "test"}, 2, 24);
+  return atom + R"((?:\.)" + atom + "){0,3}@(?:" + label + R"(\.){1,3})" + top;
 }
 
 // Pydantic's UUID1 ... UUID8: RFC 4122's variant (the 17th digit 8, 9, a

@@ -15,7 +15,8 @@
 //              allowed), no zone;
 //   email      a dot-atom local part, "@", dot-separated host labels of
 //              letters, digits and inner hyphens ending in a letters-only
-//              top label (no quoted local parts, no address literals);
+//              top label (no quoted local parts, no address literals), as
+//              email-validator (Pydantic's EmailStr) takes it too;
 //   hostname   RFC 1123: dot-separated labels of 1-63 letters, digits and
 //              inner hyphens, no trailing dot, at most 253 characters;
 //   uri        RFC 3986's URI (a scheme, ":", an authority or a path, a

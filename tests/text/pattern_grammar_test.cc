@@ -130,6 +130,23 @@ TEST(PatternGrammar, UrisAreOnesAWhatwgParserTakes) {
   for (const char* out : {"\"ftp:", "\"x:", "\"httpx"}) EXPECT_FALSE(JsonMatcher(http).advance(std::string_view(out))) << out;
 }
 
+// Addresses email-validator (Pydantic's EmailStr) takes: no special-use top
+// label, in any case (a longer word is one no more), no "--", and lengths
+// that keep the whole within 254 characters.
+TEST(PatternGrammar, EmailsAreOnesEmailValidatorTakes) {
+  const JsonGrammar mail = schema(R"({"type": "string", "format": "email"})");
+  for (const char* in : {"a@b.io", "a.b+c@d.e.fg", "x@b.example", "y@b.localhostx", "z@b.tests", "w@b.te", "v@B.ARP",
+                         "u@a-b-c.co"}) {
+    EXPECT_TRUE(JsonMatcher(mail).advance(std::string_view("\"" + std::string(in) + "\""))) << in;
+  }
+  const std::string long_label = "a@" + std::string(48, 'b') + ".io", long_local = std::string(16, 'a') + "@b.io";
+  for (const std::string out : {"a@b.test", "a@b.local", "a@b.LOCALHOST", "a@b.Onion", "a@b.arpa", "a@b.invalid",
+                                "a@b-.io", "a@xn--a.io", "a@b.i0", "a@b.c", "a@io", long_label.c_str(),
+                                long_local.c_str(), "a.b.c.d.e@f.io"}) {
+    EXPECT_FALSE(JsonMatcher(mail).advance(std::string_view("\"" + out + "\""))) << out;
+  }
+}
+
 // Pydantic's HttpUrl: a URI of 1 to 2,083 characters. Its automaton times
 // every length would pass the budget, so the matcher counts characters and
 // takes a byte only where a match can still end within the maximum.
