@@ -130,7 +130,7 @@ std::string hostname() {
 }
 
 // Letters, `least` to `most` of them, spelling none of `words` (lowercase,
-// each at least `least` long) in any case: a trie of the words, where each
+// each at least `least` and fewer than `most` long) in any case: a trie of the words, where each
 // node may end (unless it spells a word), go on with a letter no word has
 // there and any letters after it, or follow a word's next letter.
 std::string letters_except(const std::vector<std::string>& words, size_t least, size_t most,
