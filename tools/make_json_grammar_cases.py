@@ -20,6 +20,7 @@ Deterministic: the same file on every run.
 """
 
 import copy
+import ipaddress
 import json
 import math
 import random
@@ -30,6 +31,7 @@ from email.headerregistry import Address
 
 import jsonschema
 import pydantic
+from pydantic.networks import IPvAnyInterface, IPvAnyNetwork
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "json_grammar_cases.json"
 MAX_WHITESPACE = 20
@@ -208,7 +210,8 @@ SCHEMAS = {
         },
         "required": ["codes", "tagged"],
     },
-    # Pydantic's own formats: UUID4, UUID7, IPvAnyAddress, SecretStr, conbytes(max_length=4).
+    # Pydantic's own formats: UUID4, UUID7, IPvAnyAddress, SecretStr, conbytes(max_length=4), IPvAnyNetwork,
+    # IPv4Interface.
     "pydantic_formats": {
         "type": "object",
         "properties": {
@@ -220,8 +223,11 @@ SCHEMAS = {
             "secret": {"type": "string", "format": "password", "writeOnly": True,
                        "examples": ["", "hunter2", "d\u00e9j\u00e0 vu\n", "\" quoted \\"]},
             "blob": {"type": "string", "format": "binary", "maxLength": 4, "examples": ["", "abcd", "a\"\\", "\n\t"]},
+            "net": {"type": "string", "format": "ipvanynetwork",
+                    "examples": ["10.128.0.0/9", "192.168.1.4/30", "2001:db8::/32", "::/0", "10.0.0.1"]},
+            "iface": {"type": "string", "format": "ipv4interface", "examples": ["10.0.0.1/8", "10.0.0.1", "0.0.0.0/0"]},
         },
-        "required": ["id", "v7", "host", "secret", "blob"],
+        "required": ["id", "v7", "host", "secret", "blob", "net", "iface"],
     },
 }
 
@@ -261,6 +267,10 @@ def pydantic_checker(kind):
 for _version in (1, 3, 4, 5, 6, 7, 8):
     FORMAT_CHECKER.checkers[f"uuid{_version}"] = pydantic_checker(getattr(pydantic, f"UUID{_version}"))
 FORMAT_CHECKER.checkers["ipvanyaddress"] = pydantic_checker(pydantic.IPvAnyAddress)
+for _format, _kind in (("ipv4network", ipaddress.IPv4Network), ("ipv6network", ipaddress.IPv6Network),
+                       ("ipvanynetwork", IPvAnyNetwork), ("ipv4interface", ipaddress.IPv4Interface),
+                       ("ipv6interface", ipaddress.IPv6Interface), ("ipvanyinterface", IPvAnyInterface)):
+    FORMAT_CHECKER.checkers[_format] = pydantic_checker(_kind)
 # jsonschema leaves a format unchecked when its checker's package is missing.
 for _format in ("date-time", "time", "uri", "ipv6", "duration", "hostname"):
     assert _format in FORMAT_CHECKER.checkers, \

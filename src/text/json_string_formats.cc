@@ -172,6 +172,40 @@ std::string email() {
   return atom + R"((?:\.)" + atom + "){0,3}@(?:" + label + R"(\.){1,3})" + top;
 }
 
+// Pydantic's IPv4Network: an address whose bits past the prefix length are
+// zero ("10.128.0.0/9"), or a bare address (a /32). Each prefix length p is
+// its own alternative: p / 8 octets of any byte, then one of the multiples of
+// 2^(8 - p % 8) where p % 8 is not 0, then zeros.
+std::string ipv4_network() {
+  const std::string byte = R"((?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
+  std::string out = "(?:" + ipv4();
+  for (int p = 0; p <= 32; ++p) {
+    std::vector<std::string> octets(static_cast<size_t>(p / 8), byte);
+    if (p % 8 != 0) {
+      std::string multiples;
+      for (int v = 0; v < 256; v += 1 << (8 - p % 8)) multiples += (multiples.empty() ? "" : "|") + std::to_string(v);
+      octets.push_back("(?:" + multiples + ")");
+    }
+    while (octets.size() < 4) octets.push_back("0");
+    out += "|" + octets[0] + R"(\.)" + octets[1] + R"(\.)" + octets[2] + R"(\.)" + octets[3] + "/" + std::to_string(p);
+  }
+  return out + ")";
+}
+
+// Pydantic's IPv6Network, the forms written: a bare address or one with
+// /128, "::/0", and k = 1 to 7 groups then "::" with the prefix 16k
+// ("2001:db8::/32"), whose bits past it are the zeros "::" stands for.
+std::string ipv6_network() {
+  std::string out = "(?:" + ipv6() + "(?:/128)?|::/0";
+  for (int k = 1; k <= 7; ++k) out += "|(?:[0-9A-Fa-f]{1,4}:){" + std::to_string(k) + "}:/" + std::to_string(16 * k);
+  return out + ")";
+}
+
+// Pydantic's IPv4Interface and IPv6Interface: an address, and a prefix
+// length (0 to 32, 0 to 128) if any.
+std::string ipv4_interface() { return ipv4() + "(?:/(?:3[0-2]|[12]?\\d))?"; }
+std::string ipv6_interface() { return ipv6() + "(?:/(?:12[0-8]|1[01]\\d|[1-9]?\\d))?"; }
+
 // Pydantic's UUID1 ... UUID8: RFC 4122's variant (the 17th digit 8, 9, a
 // or b; Python's UUID.version is None for any other) and the version digit.
 template <char kVersion>
@@ -180,7 +214,7 @@ std::string uuid_version() {
          R"([0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12})";
 }
 
-const std::array<std::pair<std::string_view, std::string (*)()>, 20> kFormats = {{
+const std::array<std::pair<std::string_view, std::string (*)()>, 26> kFormats = {{
     {"date", date},
     {"time", time},
     {"date-time", [] { return date() + "T" + time(); }},
@@ -200,6 +234,12 @@ const std::array<std::pair<std::string_view, std::string (*)()>, 20> kFormats = 
     {"uuid7", uuid_version<'7'>},
     {"uuid8", uuid_version<'8'>},
     {"ipvanyaddress", [] { return "(?:" + ipv4() + "|" + ipv6() + ")"; }},
+    {"ipv4network", ipv4_network},
+    {"ipv6network", ipv6_network},
+    {"ipvanynetwork", [] { return "(?:" + ipv4_network() + "|" + ipv6_network() + ")"; }},
+    {"ipv4interface", ipv4_interface},
+    {"ipv6interface", ipv6_interface},
+    {"ipvanyinterface", [] { return "(?:" + ipv4_interface() + "|" + ipv6_interface() + ")"; }},
     // SecretStr: any string.
     {"password", [] { return std::string(R"([\s\S]*)"); }},
     // bytes, which Pydantic reads from a JSON string as its UTF-8 encoding

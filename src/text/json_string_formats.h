@@ -25,6 +25,11 @@
 // And Pydantic's formats:
 //   uuid1, uuid3 ... uuid8  a uuid of that version and RFC 4122's variant;
 //   ipvanyaddress           ipv4 or ipv6;
+//   ipv4network, ipv6network, ipvanynetwork  an address with a prefix length
+//                           whose bits past it are zero, or a bare address
+//                           (IPv6: "::/0", k groups then "::/16k", /128);
+//   ipv4interface, ipv6interface, ipvanyinterface  an address, and a prefix
+//                           length if any;
 //   password (SecretStr)    any string;
 //   binary (bytes)          ASCII only, so that a maxLength, which Pydantic
 //                           counts in bytes, holds.

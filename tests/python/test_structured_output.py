@@ -19,6 +19,7 @@ import openai
 import pydantic
 import pytest
 import requests
+from pydantic.networks import IPvAnyInterface, IPvAnyNetwork
 
 from scripted_model import scripted_model
 from test_server_helpers import Server, make_demo_model, metric, serving
@@ -311,6 +312,8 @@ class Record(pydantic.BaseModel):
     """Pydantic's own formats and constraints, as a user of the openai client declares a response."""
     id: pydantic.UUID4
     host: pydantic.IPvAnyAddress
+    net: IPvAnyNetwork
+    iface: IPvAnyInterface
     token: pydantic.SecretStr
     blob: pydantic.conbytes(max_length=4)
     step: pydantic.conint(multiple_of=5, ge=-100, le=100)

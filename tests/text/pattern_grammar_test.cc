@@ -103,6 +103,22 @@ TEST(PatternGrammar, PydanticsFormats) {
     EXPECT_TRUE(JsonMatcher(any_ip).advance(std::string_view(in))) << in;
   }
   EXPECT_FALSE(JsonMatcher(any_ip).advance(std::string_view("\"10.0.0.256")));
+  // Networks: no bit set past the prefix length (Python's ipaddress is strict so).
+  const JsonGrammar net = schema(R"({"type": "string", "format": "ipvanynetwork"})");
+  for (const char* in : {"10.0.0.0/8", "10.128.0.0/9", "10.0.0.1", "0.0.0.0/0", "192.168.1.4/30", "1.2.3.4/32",
+                         "2001:db8::/32", "::/0", "1:2:3:4:5:6:7::/112", "::1/128", "::1"}) {
+    EXPECT_TRUE(JsonMatcher(net).advance(std::string_view("\"" + std::string(in) + "\""))) << in;
+  }
+  for (const char* out : {"10.0.0.1/8", "10.64.0.0/9", "192.168.1.2/30", "10.0.0.0/33", "2001:db8::1/32", "::/1"}) {
+    EXPECT_FALSE(JsonMatcher(net).advance(std::string_view("\"" + std::string(out) + "\""))) << out;
+  }
+  const JsonGrammar interface = schema(R"({"type": "string", "format": "ipvanyinterface"})");
+  for (const char* in : {"10.0.0.1/8", "10.0.0.1", "::1/64", "2001:db8::1/128"}) {
+    EXPECT_TRUE(JsonMatcher(interface).advance(std::string_view("\"" + std::string(in) + "\""))) << in;
+  }
+  for (const char* out : {"10.0.0.1/33", "::1/129", "10.0.0.1/08"}) {
+    EXPECT_FALSE(JsonMatcher(interface).advance(std::string_view("\"" + std::string(out) + "\""))) << out;
+  }
   const JsonGrammar secret = schema(R"({"type": "string", "format": "password"})");
   EXPECT_TRUE(JsonMatcher(secret).advance(std::string_view("\"d\u00e9j\u00e0 vu\\n \\\" \"")));
   const JsonGrammar blob = schema(R"({"type": "string", "format": "binary", "maxLength": 4})");
