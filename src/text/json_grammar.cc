@@ -432,8 +432,7 @@ class JsonGrammarBuilder::Compiler {
   // Whether some multiple of node.multiple_of lies within the node's bounds
   // and has at most kMultipleMaxDigits digits.
   static bool has_multiple_within(const GrammarNode& node) {
-    constexpr int64_t kLargest = 999'999'999'999'999;  // kMultipleMaxDigits nines
-    static_assert(GrammarNode::kMultipleMaxDigits == 15);
+    constexpr int64_t kLargest = GrammarNode::kMultipleLargest;
     const int64_t low = node.has_minimum ? std::max(node.minimum, -kLargest) : -kLargest;
     const int64_t high = node.has_maximum ? std::min(node.maximum, kLargest) : kLargest;
     const int64_t m = node.multiple_of;

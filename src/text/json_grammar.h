@@ -24,7 +24,8 @@
 //   points; an escape counts as one), pattern (an ECMAScript regular
 //   expression, matched anywhere unless ^ / $ anchor it; regex_syntax.h says
 //   what is taken), format (json_string_formats.h: date, time, date-time,
-//   duration, uuid, ipv4, ipv6, email, hostname, uri; one of pattern and
+//   duration, uuid, ipv4, ipv6, email, hostname, uri, and Pydantic's own
+//   such as uuid4, ipvanyaddress, password, binary; one of pattern and
 //   format; a maxLength beside one that the automaton cannot be multiplied
 //   by is counted, as GrammarNode::counted_max_length says); integers: minimum,
 //   maximum, exclusiveMinimum, exclusiveMaximum (within ±9e15), multipleOf
@@ -102,6 +103,7 @@ struct GrammarNode {
   // is then written in at most kMultipleMaxDigits digits; 0 otherwise.
   int64_t multiple_of = 0;
   static constexpr int kMultipleMaxDigits = 15;
+  static constexpr int64_t kMultipleLargest = 999'999'999'999'999;  // kMultipleMaxDigits nines
   JsonNumberBounds number_bounds;                 // kNumber
   std::vector<std::string> literals;        // kLiterals, at most kMaxAlternatives
   bool raw = false;                         // kLiterals: text with no whitespace before it

@@ -97,9 +97,7 @@ MagnitudeRange magnitude_range(const GrammarNode& n, bool negative) {
     if (n.has_minimum) r.high = -static_cast<__int128>(n.minimum), r.capped = true;
   }
   if (n.multiple_of > 0) {  // at most kMultipleMaxDigits digits
-    __int128 largest = 1;
-    for (int i = 0; i < GrammarNode::kMultipleMaxDigits; ++i) largest *= 10;
-    r.high = r.capped ? std::min(r.high, largest - 1) : largest - 1;
+    r.high = r.capped ? std::min<__int128>(r.high, GrammarNode::kMultipleLargest) : GrammarNode::kMultipleLargest;
     r.capped = true;
   }
   return r;
@@ -646,8 +644,7 @@ bool JsonMatcher::number_whole(const Frame& f) const {
   const GrammarNode& n = grammar_->nodes[f.node];
   if (n.kind == Kind::kNumber && n.number_bounds.any()) return n.number_bounds.contains(f.pending != 0, f.alive, f.low);
   if (!bounded(f)) return true;
-  const GrammarNode& node = grammar_->nodes[f.node];
-  return magnitude_taken(node, magnitude_range(node, f.pending != 0), f.alive);
+  return magnitude_taken(n, magnitude_range(n, f.pending != 0), f.alive);
 }
 
 bool JsonMatcher::ends_complete(std::vector<Frame>::const_iterator begin,
